@@ -1,0 +1,213 @@
+//! The command line: clap types only, one variant per subcommand, and the
+//! entry point that maps a command's result to an exit code.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "runws",
+    version,
+    about = "Give one execution of a command its own run id, directory, environment and record",
+    long_about = "Give one execution of a command its own world: a run id, a run directory, an \
+environment built from empty (its own HOME, TMPDIR, XDG and git config paths, a kernel-assigned \
+port), a manifest with the fingerprint of its inputs, and a guard the command calls to write \
+outputs stamped with its run id.\n\nStart with `runws run -- ./job.sh`, then `runws ls` and \
+`runws show last`.",
+    after_help = "Exit codes: `runws run` exits with the command's own status (128+N when signal N \
+ended it), 124 on --timeout, 125 when runws itself failed, 126 when the command cannot be \
+executed, 127 when it was not found. See the README for the codes of the other subcommands."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where runs live: `--root`, or `RUNWS_ROOT`, else `$XDG_STATE_HOME/runws`,
+/// else `~/.local/state/runws`.
+#[derive(Debug, Args, Clone)]
+pub struct RootArg {
+    /// Directory holding runs/, store/ and archive/ [env: RUNWS_ROOT]
+    #[arg(long, value_name = "DIR", env = "RUNWS_ROOT", hide_env = true)]
+    pub root: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in a fresh run workspace
+    #[command(
+        long_about = "Run COMMAND once, in a fresh run directory ROOT/runs/<run_id>/, with an \
+environment built from empty. The command's cwd is the run's work/ directory; a relative COMMAND \
+path is resolved from where runws was started.",
+        after_help = "Examples:\n  runws run -- ./nightly.sh\n  runws run --job report --input data.csv \
+--timeout 10m --capture -- python3 make_report.py\n  runws run --ports 2 --pass AWS_PROFILE -- ./server.sh"
+    )]
+    Run(RunArgs),
+
+    /// Write an output of the current run (called by the command)
+    #[command(
+        long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \
+standard input when FILE is `-` or absent, and record its bytes and sha256 in the manifest. \
+Writing the same bytes again succeeds without rewriting."
+    )]
+    Put {
+        /// Output name: one path component, at most 200 bytes
+        name: String,
+        /// File to read, or `-` for standard input
+        file: Option<PathBuf>,
+    },
+
+    /// Print an output of the current run (called by the command)
+    Get {
+        name: String,
+        /// Refused unless RUN is the current run: read another run's output with `import`
+        #[arg(long, value_name = "RUN")]
+        from: Option<String>,
+    },
+
+    /// Succeed only if the current run produced NAME (exit 1 otherwise)
+    #[command(
+        long_about = "Exit 0 only if the current run recorded NAME and its bytes still match; exit 1 \
+otherwise, silently. A file on disk is not proof that this run did the work."
+    )]
+    Has { name: String },
+
+    /// Copy a finished run's output into this run's inputs, recorded
+    #[command(
+        long_about = "The one deliberate cross-run read: copy output NAME of run RUN (which must have \
+succeeded, with bytes matching its manifest) into inputs/RUN/NAME of the current run, and record \
+the producer run and sha256 in the inputs and the input fingerprint."
+    )]
+    Import {
+        run: String,
+        name: String,
+    },
+
+    /// Show the current run (called by the command)
+    Info {
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// List runs
+    Ls {
+        #[command(flatten)]
+        root: RootArg,
+        /// Only runs of this job
+        #[arg(long, value_name = "JOB")]
+        job: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Show one run's manifest (`last` for the most recently started)
+    Show {
+        #[command(flatten)]
+        root: RootArg,
+        /// A run id, or `last`
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub root: RootArg,
+
+    /// Use this run id instead of a new UUIDv7 [env: RUNWS_RUN_ID]
+    #[arg(long, value_name = "ID", env = "RUNWS_RUN_ID", hide_env = true)]
+    pub run_id: Option<String>,
+
+    /// Job name recorded in the manifest (default: the command's file name)
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+
+    /// Give the command KEY=VALUE (the value is never recorded)
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+
+    /// Copy KEY from runws's own environment (an absent KEY is recorded as absent)
+    #[arg(long = "pass", value_name = "KEY")]
+    pub pass: Vec<String>,
+
+    /// Read KEY=VALUE lines from FILE (`#` comments and blank lines skipped)
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Vec<PathBuf>,
+
+    /// PATH after the run's own bin/
+    #[arg(long, value_name = "DIRS", default_value = "/usr/local/bin:/usr/bin:/bin")]
+    pub path: String,
+
+    /// How many kernel-assigned ports to reserve (PORT, PORT_1, ...)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub ports: u16,
+
+    /// Address the ports are bound on
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub port_host: String,
+
+    /// Hand the bound, listening sockets to the command (fd 3 on, LISTEN_FDS)
+    #[arg(long)]
+    pub listen: bool,
+
+    /// Copy FILE or DIR into inputs/ and fingerprint it (repeatable)
+    #[arg(long = "input", value_name = "PATH")]
+    pub inputs: Vec<PathBuf>,
+
+    /// Record a fingerprint computed elsewhere
+    #[arg(long, value_name = "TEXT")]
+    pub fingerprint: Option<String>,
+
+    /// Send SIGTERM to the command's process group after DUR; exit 124
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+    pub timeout: Option<std::time::Duration>,
+
+    /// After the timeout's SIGTERM, send SIGKILL when DUR more has passed
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, requires = "timeout")]
+    pub kill_after: Option<std::time::Duration>,
+
+    /// How long the run's lease lasts; runws renews it every third of this
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+    pub lease_ttl: std::time::Duration,
+
+    /// Also write the command's stdout and stderr to logs/
+    #[arg(long)]
+    pub capture: bool,
+
+    /// The command's working directory (default: the run's work/)
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+
+    /// The command and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Parses the command line, runs the command, prints an error once, and
+/// returns the exit code.
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::FAILURE } else { exit::OK };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match crate::cmd::dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if crate::cmd::is_broken_pipe(&err) {
+                return exit::OK;
+            }
+            eprintln!("runws: {}", crate::cmd::render(&err));
+            crate::cmd::exit_code(&err)
+        }
+    }
+}

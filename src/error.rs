@@ -1,0 +1,132 @@
+//! The one error type of the runws library.
+//!
+//! Each variant is one kind of failure and carries what a person needs to act
+//! on it (the path, the run, the name). Each knows its exit code: a new
+//! variant must pick one in [`Error::exit_code`], whose match is exhaustive.
+//! Messages are lowercase, name things in backticks and end without a period;
+//! `main` prints them once, prefixed with `runws: `.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::exit;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid run id `{id}`: {why}")]
+    InvalidRunId { id: String, why: &'static str },
+
+    #[error("invalid name `{name}`: {why}")]
+    InvalidName { name: String, why: &'static str },
+
+    #[error("{0}")]
+    Usage(String),
+
+    #[error("run directory `{}` already exists; a run id is used once", path.display())]
+    RunExists { path: PathBuf },
+
+    #[error("no run `{run}` under `{}`", root.display())]
+    NoSuchRun { run: String, root: PathBuf },
+
+    #[error("{op} `{}`: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("manifest `{}` is missing", path.display())]
+    ManifestMissing { path: PathBuf },
+
+    #[error("manifest `{}` is corrupt: {why}", path.display())]
+    ManifestCorrupt { path: PathBuf, why: String },
+
+    #[error("not inside a live runws run: {why}")]
+    NotInRun { why: String },
+
+    #[error("run `{run}` is not live ({why})")]
+    RunNotLive { run: String, why: String },
+
+    #[error(
+        "refused: run `{current}` may not read `{name}` of run `{other}`; a cross-run read must be an explicit `runws import {other} {name}`"
+    )]
+    CrossRunRead { current: String, other: String, name: String },
+
+    #[error("run `{run}` has not produced `{name}`")]
+    NotProduced { run: String, name: String },
+
+    #[error("`{}` does not match its recorded sha256 (recorded {expected}, found {found})", path.display())]
+    Integrity { path: PathBuf, expected: String, found: String },
+
+    #[error("cannot import `{name}` from run `{run}`: {why}")]
+    ImportRefused { run: String, name: String, why: String },
+
+    #[error("refused to follow the symlink `{}`", path.display())]
+    Symlink { path: PathBuf },
+
+    #[error("`{}` is not a regular file or directory", path.display())]
+    SpecialFile { path: PathBuf },
+
+    #[error("command not found: `{0}`")]
+    CommandNotFound(String),
+
+    #[error("cannot execute `{}`: {source}", path.display())]
+    CannotExecute {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// The process exit code this error ends runws with.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::NotProduced { .. } => exit::NO,
+            Error::CrossRunRead { .. } => exit::FOREIGN,
+            Error::Integrity { .. } => exit::INTEGRITY,
+            Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
+            Error::CommandNotFound(_) => exit::NOT_FOUND,
+            Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
+            Error::InvalidRunId { .. }
+            | Error::InvalidName { .. }
+            | Error::Usage(_)
+            | Error::RunExists { .. }
+            | Error::NoSuchRun { .. }
+            | Error::Io { .. }
+            | Error::ManifestMissing { .. }
+            | Error::ManifestCorrupt { .. }
+            | Error::ImportRefused { .. }
+            | Error::Symlink { .. }
+            | Error::SpecialFile { .. }
+            | Error::Other(_) => exit::FAILURE,
+        }
+    }
+
+    pub fn io(op: &'static str, path: impl AsRef<Path>, source: io::Error) -> Error {
+        Error::Io { op, path: path.as_ref().to_path_buf(), source }
+    }
+}
+
+/// Adds the operation and path to an `io::Result` or a nix result.
+pub trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}
+
+impl<T> IoContext<T> for nix::Result<T> {
+    fn ctx(self, op: &'static str, path: impl AsRef<Path>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, io::Error::from(e)))
+    }
+}

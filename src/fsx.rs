@@ -1,0 +1,332 @@
+//! Small, careful file-system helpers used everywhere runws touches disk.
+//!
+//! Everything inside a run directory is reached through a [`Dir`]: an open
+//! directory descriptor, with every further step taken relative to it and
+//! with `O_NOFOLLOW`, so a symlink the child planted (even one replacing
+//! `outputs/` itself) is refused instead of followed out of the run. Files are
+//! written to a fresh temp name in the same directory, synced, and renamed
+//! over the target, so a reader sees the old bytes or the new ones, never a
+//! mix; `rename` replaces a planted symlink rather than writing through it.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag, openat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+use crate::error::{Error, IoContext, Result};
+
+/// Longest name accepted for outputs and other single path components.
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// Checks that `name` is one plain path component: not empty, not `.` or
+/// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
+pub fn check_name(name: &str) -> Result<()> {
+    let why = if name.is_empty() {
+        Some("a name cannot be empty")
+    } else if name == "." || name == ".." {
+        Some("`.` and `..` are not names")
+    } else if name.contains('/') {
+        Some("a name is one path component and cannot contain `/`")
+    } else if name.contains('\0') {
+        Some("a name cannot contain NUL")
+    } else if name.len() > MAX_NAME_BYTES {
+        Some("a name is at most 200 bytes")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::InvalidName { name: name.escape_debug().to_string(), why }),
+        None => Ok(()),
+    }
+}
+
+/// An open directory; every operation is relative to it and never follows a
+/// symlink in the last component.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// An exclusive `flock` on a directory, released on drop.
+pub struct DirLock {
+    _lock: Flock<OwnedFd>,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn is_symlink_errno(e: Errno) -> bool {
+    // openat with O_NOFOLLOW on a symlink gives ELOOP; with O_DIRECTORY on a
+    // symlink to a non-directory some kernels give ENOTDIR.
+    e == Errno::ELOOP
+}
+
+impl Dir {
+    /// Opens `path` as a directory, following symlinks on the way (use this
+    /// only for a root the user named).
+    pub fn open(path: impl AsRef<Path>) -> Result<Dir> {
+        let path = path.as_ref();
+        let fd = nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+            .ctx("cannot open directory", path)?;
+        Ok(Dir { fd, path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Opens the subdirectory `name`, refusing a symlink.
+    pub fn sub(&self, name: &str) -> Result<Dir> {
+        let path = self.join(name);
+        match openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Dir { fd, path }),
+            Err(e) if is_symlink_errno(e) => Err(Error::Symlink { path }),
+            Err(Errno::ENOTDIR) if self.is_symlink(name) => Err(Error::Symlink { path }),
+            Err(e) => Err(Error::io("cannot open directory", path, e.into())),
+        }
+    }
+
+    fn is_symlink(&self, name: &str) -> bool {
+        matches!(self.lstat(name), Ok(Some(st)) if kind(&st) == SFlag::S_IFLNK)
+    }
+
+    /// Creates the directory `name` with `mode`; fails if anything exists there.
+    pub fn mkdir(&self, name: &str, mode: u32) -> io::Result<()> {
+        mkdirat(self.fd.as_fd(), name, Mode::from_bits_truncate(mode)).map_err(io::Error::from)
+    }
+
+    /// Creates the directory `name` unless a directory (not a symlink) is already there.
+    pub fn mkdir_if_missing(&self, name: &str, mode: u32) -> Result<()> {
+        match self.mkdir(name, mode) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.sub(name)?;
+                Ok(())
+            }
+            Err(e) => Err(Error::io("cannot create directory", self.join(name), e)),
+        }
+    }
+
+    /// `lstat` of `name`; `None` when nothing is there.
+    pub fn lstat(&self, name: &str) -> Result<Option<FileStat>> {
+        match fstatat(self.fd.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(Error::io("cannot stat", self.join(name), e.into())),
+        }
+    }
+
+    /// Opens the regular file `name` for reading; refuses symlinks and
+    /// anything that is not a regular file.
+    pub fn open_read(&self, name: &str) -> Result<Option<File>> {
+        let path = self.join(name);
+        let fd = match openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) if is_symlink_errno(e) => return Err(Error::Symlink { path }),
+            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        if kind(&st) != SFlag::S_IFREG {
+            return Err(Error::SpecialFile { path });
+        }
+        // O_NONBLOCK only guarded the open against a planted fifo.
+        nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty())).ctx("cannot open", &path)?;
+        Ok(Some(File::from(fd)))
+    }
+
+    /// Creates `name` exclusively (never through a symlink) for writing.
+    pub fn create_new(&self, name: &str, mode: u32) -> io::Result<File> {
+        let fd = openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// A fresh temp name in this directory for a file that will become `name`.
+    fn temp_name(name: &str) -> String {
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let short: String = name.chars().take(64).collect();
+        format!(".{short}.{}.{n}.{nanos:x}.tmp", std::process::id())
+    }
+
+    /// Writes `name` atomically: the bytes produced by `fill` go to a temp
+    /// file, which is synced and renamed over `name`. With `durable` the
+    /// directory is synced too, so the rename survives a crash. On any error
+    /// the temp file is removed and `name` is left as it was.
+    pub fn write_atomic_with<T>(
+        &self,
+        name: &str,
+        mode: u32,
+        durable: bool,
+        fill: impl FnOnce(&mut File) -> io::Result<T>,
+    ) -> Result<T> {
+        let path = self.join(name);
+        let tmp = Self::temp_name(name);
+        let mut file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", &path)?;
+        let result = fill(&mut file).and_then(|v| file.sync_all().map(|()| v));
+        drop(file);
+        let value = match result {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+                return Err(Error::io("cannot write", path, e));
+            }
+        };
+        if let Err(e) = renameat(self.fd.as_fd(), tmp.as_str(), self.fd.as_fd(), name) {
+            let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(Error::io("cannot replace", path, e.into()));
+        }
+        if durable {
+            self.sync()?;
+        }
+        Ok(value)
+    }
+
+    /// Writes `bytes` to `name` atomically (see [`Dir::write_atomic_with`]).
+    pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+        self.write_atomic_with(name, mode, durable, |f| f.write_all(bytes))
+    }
+
+    /// Renames `from` to `to` within this directory.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        renameat(self.fd.as_fd(), from, self.fd.as_fd(), to).ctx("cannot rename", self.join(from))
+    }
+
+    /// Removes the file (or symlink) `name`; missing is fine.
+    pub fn unlink(&self, name: &str) -> Result<()> {
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(Error::io("cannot remove", self.join(name), e.into())),
+        }
+    }
+
+    /// Removes the empty directory `name`; missing is fine.
+    pub fn rmdir(&self, name: &str) -> Result<()> {
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(Error::io("cannot remove directory", self.join(name), e.into())),
+        }
+    }
+
+    /// Creates the symlink `name` pointing at `target`.
+    pub fn symlink(&self, target: &Path, name: &str) -> Result<()> {
+        symlinkat(target, self.fd.as_fd(), name).ctx("cannot create symlink", self.join(name))
+    }
+
+    /// Makes the directory's entries durable.
+    pub fn sync(&self) -> Result<()> {
+        nix::unistd::fsync(self.fd.as_fd()).ctx("cannot sync directory", &self.path)
+    }
+
+    /// Takes an exclusive `flock` on this directory, waiting for it.
+    pub fn lock(&self) -> Result<DirLock> {
+        let dup = self.fd.try_clone().ctx("cannot lock", &self.path)?;
+        let lock = Flock::lock(dup, FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
+        Ok(DirLock { _lock: lock })
+    }
+
+    /// The names in this directory, except `.` and `..`.
+    pub fn entries(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        let rd = std::fs::read_dir(&self.path).ctx("cannot list", &self.path)?;
+        for entry in rd {
+            let entry = entry.ctx("cannot list", &self.path)?;
+            if let Some(s) = entry.file_name().to_str() {
+                names.push(s.to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn borrow(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The file type bits of a `stat`.
+pub fn kind(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// Lossless conversion for names that came from the command line.
+pub fn os_to_str(s: &OsStr) -> Result<&str> {
+    std::str::from_utf8(s.as_bytes())
+        .map_err(|_| Error::Usage(format!("`{}` is not valid UTF-8", s.to_string_lossy())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("report.json").is_ok());
+        assert!(check_name(".hidden").is_ok());
+        for bad in ["", ".", "..", "a/b", "/x", "a\0b", &"x".repeat(201)] {
+            assert!(check_name(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_name(&"x".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn atomic_write_replaces_planted_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        let inner = tmp.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        std::os::unix::fs::symlink(&outside, inner.join("f")).unwrap();
+        let dir = Dir::open(&inner).unwrap();
+        dir.write_atomic("f", b"new", 0o644, true).unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(std::fs::read(inner.join("f")).unwrap(), b"new");
+        assert!(matches!(dir.open_read("f"), Ok(Some(_))));
+    }
+
+    #[test]
+    fn refuses_symlinked_subdir_and_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("link")).unwrap();
+        std::fs::write(tmp.path().join("real/x"), b"x").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("real/x"), tmp.path().join("xl")).unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        assert!(matches!(dir.sub("link"), Err(Error::Symlink { .. })));
+        assert!(matches!(dir.open_read("xl"), Err(Error::Symlink { .. })));
+    }
+}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::from(runws::cli::main())
+}

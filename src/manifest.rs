@@ -1,0 +1,230 @@
+//! The run's record: serde types, and the one way to change it.
+//!
+//! Every change is a read-modify-write under an exclusive `flock` on the run
+//! directory, written to a temp file, synced and renamed over
+//! `manifest.json`. runws (which renews the lease and records the end) and the
+//! guard calls of the child (which record outputs and imports) therefore
+//! never lose each other's writes, and a reader without the lock sees the old
+//! manifest or the new one, never a mix. Fields this version does not know
+//! are kept as they are.
+
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, Result};
+use crate::fsx::Dir;
+use crate::workspace::MANIFEST;
+
+/// The manifest schema this runws writes.
+pub const SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// runws has started the child and is waiting for it.
+    Running,
+    /// The child exited with status 0.
+    Succeeded,
+    /// The child exited non-zero, or could not be started.
+    Failed,
+    /// A signal ended the child.
+    Killed,
+    /// `--timeout` ran out.
+    TimedOut,
+    /// The reaper took the run over after its lease expired.
+    Abandoned,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Killed => "killed",
+            Status::TimedOut => "timed_out",
+            Status::Abandoned => "abandoned",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProcessRecord {
+    pub pid: i32,
+    /// Clock ticks after boot (`/proc/<pid>/stat` field 22): with the pid,
+    /// it names one process even after the pid is reused.
+    pub start_time: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChildRecord {
+    pub pid: i32,
+    pub pgid: i32,
+    pub start_time: u64,
+}
+
+/// One variable of the child's environment: its name and where it came
+/// from. Values are never recorded.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EnvRecord {
+    pub name: String,
+    /// False for the variables runws sets itself; true for grants.
+    pub granted: bool,
+    /// `runws`, `env` (`--env`), `pass` (`--pass`) or `env-file`.
+    pub source: String,
+    /// False for a `--pass KEY` whose KEY was not set: recorded, not given.
+    pub present: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PortRecord {
+    /// The variable that carries it: `PORT`, `PORT_1`, ...
+    pub var: String,
+    pub port: u16,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InputRecord {
+    /// Path relative to `inputs/`.
+    pub path: String,
+    /// `file` or `symlink` (a symlink is recorded, never followed).
+    #[serde(default = "file_kind")]
+    pub kind: String,
+    pub bytes: u64,
+    pub sha256: String,
+    /// Set for `runws import`: the run that produced it, and the output name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_output: Option<String>,
+}
+
+fn file_kind() -> String {
+    "file".to_string()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutputRecord {
+    pub name: String,
+    /// The file under `outputs/`: `<name>.<run_id>`.
+    pub file: String,
+    pub bytes: u64,
+    pub sha256: String,
+    pub written_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema: u32,
+    pub run_id: String,
+    pub job: String,
+    pub argv: Vec<String>,
+    /// The program runws resolved and executed (absolute), when found.
+    #[serde(default)]
+    pub program: Option<String>,
+    /// The child's working directory.
+    pub cwd: String,
+    /// The directory runws was started from.
+    pub invoked_from: String,
+    pub host: String,
+    pub uid: u32,
+    pub runws: ProcessRecord,
+    #[serde(default)]
+    pub child: Option<ChildRecord>,
+    pub started_at: String,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    pub status: Status,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    pub lease_ttl_ms: u64,
+    pub lease_until: String,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    pub env: Vec<EnvRecord>,
+    pub ports: Vec<PortRecord>,
+    #[serde(default)]
+    pub listen: bool,
+    #[serde(default)]
+    pub capture: bool,
+    pub inputs: Vec<InputRecord>,
+    pub input_fingerprint: String,
+    /// A fingerprint computed elsewhere (`--fingerprint`).
+    #[serde(default)]
+    pub fingerprint: Option<String>,
+    pub outputs: Vec<OutputRecord>,
+    /// Fields written by other versions or other parts of runws, kept as is.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Manifest {
+    pub fn output(&self, name: &str) -> Option<&OutputRecord> {
+        self.outputs.iter().find(|o| o.name == name)
+    }
+
+    /// True while the lease the run holds has not run out.
+    pub fn lease_valid_at(&self, now: SystemTime) -> bool {
+        parse_time(&self.lease_until).is_some_and(|t| t > now)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("a manifest always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// A time as the manifest writes it: RFC 3339, UTC, milliseconds.
+pub fn format_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(s).ok()
+}
+
+pub fn now_plus(d: Duration) -> String {
+    format_time(SystemTime::now() + d)
+}
+
+/// Reads and parses the manifest of the run directory `dir`.
+pub fn read(dir: &Dir) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let Some(mut file) = dir.open_read(MANIFEST)? else {
+        return Err(Error::ManifestMissing { path });
+    };
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io("cannot read", &path, e))?;
+    parse(&bytes, &path)
+}
+
+pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
+    let m: Manifest = serde_json::from_slice(bytes)
+        .map_err(|e| Error::ManifestCorrupt { path: path.to_path_buf(), why: e.to_string() })?;
+    if m.schema != SCHEMA {
+        return Err(Error::ManifestCorrupt {
+            path: path.to_path_buf(),
+            why: format!("schema {} is not the schema {SCHEMA} this runws reads", m.schema),
+        });
+    }
+    Ok(m)
+}
+
+/// Writes a manifest (the first one, or one already under the lock).
+pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
+    dir.write_atomic(MANIFEST, &m.to_json(), 0o644, durable)
+}
+
+/// Read-modify-write under the run directory's lock. `change` sees the
+/// current manifest; when it returns an error nothing is written.
+pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+    let _lock = dir.lock()?;
+    let mut m = read(dir)?;
+    let value = change(&mut m)?;
+    write(dir, &m, durable)?;
+    Ok(value)
+}

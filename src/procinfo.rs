@@ -1,0 +1,89 @@
+//! What runws reads about processes from `/proc`: start times (so a reused
+//! pid is never mistaken for the process that was recorded), parents, groups.
+
+/// Fields of `/proc/<pid>/stat` that runws uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub ppid: i32,
+    pub pgid: i32,
+    /// Clock ticks after boot at which the process started (field 22).
+    pub start_time: u64,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+pub fn stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<ProcStat> {
+    // The command name (field 2) is in parentheses and may hold spaces or
+    // parentheses itself: everything after the last `)` is plain fields.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): ppid is field 4, pgrp 5, starttime 22.
+    Some(ProcStat {
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// True when `pid` is alive and is the process that started at `start_time`.
+pub fn is_same_process(pid: i32, start_time: u64) -> bool {
+    pid > 0 && matches!(stat(pid), Some(s) if s.start_time == start_time)
+}
+
+/// True when the calling process descends from `ancestor` (which must still
+/// be the process that started at `start_time`), or belongs to `pgid`.
+pub fn caller_belongs_to(ancestor: i32, start_time: u64, pgid: Option<i32>) -> bool {
+    if !is_same_process(ancestor, start_time) {
+        return false;
+    }
+    let me = std::process::id() as i32;
+    let mut pid = me;
+    for _ in 0..4096 {
+        let Some(s) = stat(pid) else { break };
+        if let Some(g) = pgid {
+            if s.pgid == g {
+                return true;
+            }
+        }
+        if s.ppid == ancestor {
+            return true;
+        }
+        if s.ppid <= 1 {
+            break;
+        }
+        pid = s.ppid;
+    }
+    false
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_with_parens() {
+        let line = "123 (a) b (c)) S 1 77 77 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 0 0";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s, ProcStat { ppid: 1, pgid: 77, start_time: 98765 });
+    }
+
+    #[test]
+    fn self_is_alive() {
+        let me = std::process::id() as i32;
+        let s = stat(me).unwrap();
+        assert!(is_same_process(me, s.start_time));
+        assert!(!is_same_process(me, s.start_time + 1));
+    }
+}

@@ -1,0 +1,184 @@
+//! The run directory: where it lives, how its id is checked, and how it is
+//! created exactly once.
+//!
+//! `ROOT/runs/<run_id>/` holds evidence (`manifest.json`, `inputs/`,
+//! `outputs/`, `work/`, `logs/`) and scratch (`home/`, `tmp/`, `cache/`,
+//! `run/`, `bin/`). The directory is made with one `mkdir`, which fails when
+//! anything is already there: a reused id is refused before a single byte of
+//! the old run changes.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::Dir;
+
+/// Evidence: kept by the reaper and packed by a seal.
+pub const EVIDENCE: [&str; 4] = ["inputs", "outputs", "work", "logs"];
+/// Scratch: the child's private home, temp, caches, runtime dir and tools.
+pub const SCRATCH: [&str; 5] = ["home", "tmp", "cache", "run", "bin"];
+pub const MANIFEST: &str = "manifest.json";
+pub const MAX_RUN_ID: usize = 128;
+
+/// Checks a run id against `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
+pub fn check_run_id(id: &str) -> Result<()> {
+    let bad = |why| Err(Error::InvalidRunId { id: id.escape_debug().to_string(), why });
+    let bytes = id.as_bytes();
+    if bytes.is_empty() {
+        return bad("a run id cannot be empty");
+    }
+    if bytes.len() > MAX_RUN_ID {
+        return bad("a run id is at most 128 characters");
+    }
+    if !bytes[0].is_ascii_alphanumeric() {
+        return bad("a run id starts with a letter or digit");
+    }
+    if !bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) {
+        return bad("a run id holds only letters, digits, `.`, `_` and `-`");
+    }
+    Ok(())
+}
+
+/// A new run id: a UUIDv7, so ids sort by the time they were made.
+pub fn new_run_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// A short prefix for names the run makes outside its directory
+/// (containers, branches, sockets): `rw-` and 10 hex digits of the id's hash.
+pub fn prefix_for(run_id: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(run_id.as_bytes());
+    let hex: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    format!("rw-{hex}")
+}
+
+/// Finds ROOT: `--root` or `RUNWS_ROOT` (given as `flag`), else
+/// `$XDG_STATE_HOME/runws`, else `~/.local/state/runws`. Always absolute.
+pub fn resolve_root(flag: Option<&Path>) -> Result<PathBuf> {
+    let chosen = match flag {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+            Some(state) if Path::new(&state).is_absolute() => PathBuf::from(state).join("runws"),
+            _ => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+                Some(home) => PathBuf::from(home).join(".local/state/runws"),
+                None => {
+                    return Err(Error::Usage(
+                        "cannot find a root: set --root, RUNWS_ROOT, XDG_STATE_HOME or HOME".into(),
+                    ));
+                }
+            },
+        },
+    };
+    if chosen.is_absolute() {
+        Ok(chosen)
+    } else {
+        let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+        Ok(cwd.join(chosen))
+    }
+}
+
+/// ROOT/runs, created on first use.
+pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
+    if create {
+        let runs = root.join("runs");
+        std::fs::create_dir_all(&runs).ctx("cannot create", &runs)?;
+    }
+    let runs = root.join("runs");
+    match Dir::open(&runs) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Other(format!("no runs under `{}`", root.display())))
+        }
+        other => other,
+    }
+}
+
+/// One run's directory, open.
+#[derive(Debug)]
+pub struct RunDir {
+    pub id: String,
+    pub root: PathBuf,
+    pub dir: Dir,
+}
+
+impl RunDir {
+    /// Creates `ROOT/runs/<id>/` and its subdirectories. Fails, changing
+    /// nothing, when the directory already exists.
+    pub fn create(root: &Path, id: &str) -> Result<RunDir> {
+        check_run_id(id)?;
+        let runs = runs_dir(root, true)?;
+        let path = runs.join(id);
+        match runs.mkdir(id, 0o755) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::RunExists { path });
+            }
+            Err(e) => return Err(Error::io("cannot create run directory", path, e)),
+        }
+        let dir = runs.sub(id)?;
+        for (name, mode) in [
+            ("inputs", 0o755),
+            ("outputs", 0o755),
+            ("work", 0o755),
+            ("logs", 0o755),
+            ("home", 0o700),
+            ("tmp", 0o700),
+            ("cache", 0o755),
+            ("run", 0o700),
+            ("bin", 0o755),
+        ] {
+            dir.mkdir(name, mode).ctx("cannot create", dir.join(name))?;
+            if mode != 0o755 {
+                // mkdir's mode is filtered by the umask; these must be exact.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode))
+                    .ctx("cannot set permissions of", dir.join(name))?;
+            }
+        }
+        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
+    }
+
+    /// Opens an existing run; refuses a symlink in place of the run directory.
+    pub fn open(root: &Path, id: &str) -> Result<RunDir> {
+        check_run_id(id)?;
+        let runs = runs_dir(root, false)?;
+        match runs.lstat(id)? {
+            None => return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() }),
+            Some(_) => {}
+        }
+        let dir = runs.sub(id)?;
+        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn sub(&self, name: &str) -> Result<Dir> {
+        self.dir.sub(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids() {
+        for ok in ["a", "0", "nightly-2026-11-30", "A.b_c-d", &"x".repeat(128)] {
+            check_run_id(ok).unwrap();
+        }
+        for bad in ["", "..", ".", "-x", "_x", ".x", "a/b", "a\0b", "a b", "é", &"x".repeat(129), &"x".repeat(200)] {
+            assert!(check_run_id(bad).is_err(), "{bad:?} accepted");
+        }
+        check_run_id(&new_run_id()).unwrap();
+    }
+
+    #[test]
+    fn create_is_exclusive() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::create(tmp.path(), "r1").unwrap();
+        std::fs::write(run.path().join("work/keep"), b"x").unwrap();
+        assert!(matches!(RunDir::create(tmp.path(), "r1"), Err(Error::RunExists { .. })));
+        assert_eq!(std::fs::read(run.path().join("work/keep")).unwrap(), b"x");
+    }
+}
