@@ -46,14 +46,12 @@ path is resolved from where runws was started.",
         after_help = "Examples:\n  runws run -- ./nightly.sh\n  runws run --job report --input data.csv \
 --timeout 10m --capture -- python3 make_report.py\n  runws run --ports 2 --pass AWS_PROFILE -- ./server.sh"
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 
     /// Write an output of the current run (called by the command)
-    #[command(
-        long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \
+    #[command(long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \
 standard input when FILE is `-` or absent, and record its bytes and sha256 in the manifest. \
-Writing the same bytes again succeeds without rewriting."
-    )]
+Writing the same bytes again succeeds without rewriting.")]
     Put {
         /// Output name: one path component, at most 200 bytes
         name: String,
@@ -70,10 +68,8 @@ Writing the same bytes again succeeds without rewriting."
     },
 
     /// Succeed only if the current run produced NAME (exit 1 otherwise)
-    #[command(
-        long_about = "Exit 0 only if the current run recorded NAME and its bytes still match; exit 1 \
-otherwise, silently. A file on disk is not proof that this run did the work."
-    )]
+    #[command(long_about = "Exit 0 only if the current run recorded NAME and its bytes still match; exit 1 \
+otherwise, silently. A file on disk is not proof that this run did the work.")]
     Has { name: String },
 
     /// Copy a finished run's output into this run's inputs, recorded
@@ -82,10 +78,7 @@ otherwise, silently. A file on disk is not proof that this run did the work."
 succeeded, with bytes matching its manifest) into inputs/RUN/NAME of the current run, and record \
 the producer run and sha256 in the inputs and the input fingerprint."
     )]
-    Import {
-        run: String,
-        name: String,
-    },
+    Import { run: String, name: String },
 
     /// Show the current run (called by the command)
     Info {

@@ -10,7 +10,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     }
     if s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not a duration"))?;
-        if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
             return Err(format!("`{s}` is out of range"));
         }
         return Ok(Duration::from_secs_f64(secs));

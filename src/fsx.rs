@@ -74,8 +74,9 @@ impl Dir {
     /// only for a root the user named).
     pub fn open(path: impl AsRef<Path>) -> Result<Dir> {
         let path = path.as_ref();
-        let fd = nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
-            .ctx("cannot open directory", path)?;
+        let fd =
+            nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+                .ctx("cannot open directory", path)?;
         Ok(Dir { fd, path: path.to_path_buf() })
     }
 
@@ -153,7 +154,8 @@ impl Dir {
             return Err(Error::SpecialFile { path });
         }
         // O_NONBLOCK only guarded the open against a planted fifo.
-        nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty())).ctx("cannot open", &path)?;
+        nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+            .ctx("cannot open", &path)?;
         Ok(Some(File::from(fd)))
     }
 
@@ -177,6 +179,14 @@ impl Dir {
             .unwrap_or(0);
         let short: String = name.chars().take(64).collect();
         format!(".{short}.{}.{n}.{nanos:x}.tmp", std::process::id())
+    }
+
+    /// Creates a fresh temp file in this directory that will become `name`
+    /// after [`Dir::rename`]; returns its name and the open file.
+    pub fn create_temp(&self, name: &str, mode: u32) -> Result<(String, File)> {
+        let tmp = Self::temp_name(name);
+        let file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", self.join(name))?;
+        Ok((tmp, file))
     }
 
     /// Writes `name` atomically: the bytes produced by `fill` go to a temp

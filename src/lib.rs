@@ -4,10 +4,17 @@
 //! below hold the mechanisms, and [`guard`] is the public API a child uses
 //! from Rust.
 
-pub mod error;
+pub mod child;
+pub mod cli;
+pub mod cmd;
 pub mod duration;
+pub mod envbuild;
+pub mod error;
 pub mod exit;
+pub mod fingerprint;
 pub mod fsx;
+pub mod guard;
 pub mod manifest;
+pub mod ports;
 pub mod procinfo;
 pub mod workspace;

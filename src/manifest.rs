@@ -140,6 +140,9 @@ pub struct Manifest {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub signal: Option<i32>,
+    /// Why runws could not start or record the command, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     pub lease_ttl_ms: u64,
     pub lease_until: String,
     #[serde(default)]

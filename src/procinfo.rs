@@ -44,10 +44,10 @@ pub fn caller_belongs_to(ancestor: i32, start_time: u64, pgid: Option<i32>) -> b
     let mut pid = me;
     for _ in 0..4096 {
         let Some(s) = stat(pid) else { break };
-        if let Some(g) = pgid {
-            if s.pgid == g {
-                return true;
-            }
+        if let Some(g) = pgid
+            && s.pgid == g
+        {
+            return true;
         }
         if s.ppid == ancestor {
             return true;

@@ -141,9 +141,8 @@ impl RunDir {
     pub fn open(root: &Path, id: &str) -> Result<RunDir> {
         check_run_id(id)?;
         let runs = runs_dir(root, false)?;
-        match runs.lstat(id)? {
-            None => return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() }),
-            Some(_) => {}
+        if runs.lstat(id)?.is_none() {
+            return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() });
         }
         let dir = runs.sub(id)?;
         Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
@@ -167,7 +166,9 @@ mod tests {
         for ok in ["a", "0", "nightly-2026-11-30", "A.b_c-d", &"x".repeat(128)] {
             check_run_id(ok).unwrap();
         }
-        for bad in ["", "..", ".", "-x", "_x", ".x", "a/b", "a\0b", "a b", "é", &"x".repeat(129), &"x".repeat(200)] {
+        for bad in
+            ["", "..", ".", "-x", "_x", ".x", "a/b", "a\0b", "a b", "é", &"x".repeat(129), &"x".repeat(200)]
+        {
             assert!(check_run_id(bad).is_err(), "{bad:?} accepted");
         }
         check_run_id(&new_run_id()).unwrap();

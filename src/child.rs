@@ -1,0 +1,423 @@
+//! Starting the command and watching it: its own process group, signals
+//! forwarded, the timeout, and the exit status mapped as `env` and `timeout`
+//! map it.
+//!
+//! runws forks and, in the child, performs only async-signal-safe calls on
+//! data built before the fork. The child then waits at a gate until runws has
+//! recorded its pid in the manifest, so the manifest never shows a running
+//! run without its process. An `execve` failure travels back through a
+//! close-on-exec pipe as an errno: ENOENT becomes 127, anything else 126.
+//!
+//! The parent blocks the signals it forwards and reads them from a signalfd,
+//! so one loop with one `poll` handles signals, the child's exit, the
+//! timeout and the lease renewal, with no signal handler at all.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::libc;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, killpg, pthread_sigmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::error::{Error, IoContext, Result};
+
+/// The signals runws passes on to the command's process group.
+pub const FORWARDED: [Signal; 4] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
+
+/// Blocks the forwarded signals, SIGCHLD and SIGTTOU in this thread (call it
+/// before any other thread starts, so all inherit the mask) and returns a
+/// signalfd that receives them.
+pub fn block_signals() -> Result<SignalFd> {
+    let mut set = SigSet::empty();
+    for s in FORWARDED {
+        set.add(s);
+    }
+    set.add(Signal::SIGCHLD);
+    set.add(Signal::SIGTTOU);
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).ctx("cannot block signals", "runws")?;
+    SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .ctx("cannot create signalfd", "runws")
+}
+
+/// Finds the program the way `execvp` would, but in the child's PATH:
+/// a name with a `/` is taken relative to where runws was started.
+pub fn resolve(program: &OsString, path: &OsString, invoked_from: &Path) -> Result<PathBuf> {
+    let bytes = program.as_bytes();
+    let shown = program.to_string_lossy().to_string();
+    if bytes.is_empty() {
+        return Err(Error::CommandNotFound(shown));
+    }
+    if bytes.contains(&b'/') {
+        let p = invoked_from.join(program);
+        return match std::fs::metadata(&p) {
+            Ok(m) if m.is_dir() => {
+                Err(Error::CannotExecute { path: p, source: std::io::Error::from_raw_os_error(libc::EISDIR) })
+            }
+            Ok(_) => Ok(p),
+            Err(_) => Err(Error::CommandNotFound(shown)),
+        };
+    }
+    let mut found_but_not_executable = None;
+    for dir in path.as_bytes().split(|b| *b == b':') {
+        if dir.is_empty() {
+            continue;
+        }
+        let candidate = Path::new(std::ffi::OsStr::from_bytes(dir)).join(program);
+        let Ok(meta) = std::fs::metadata(&candidate) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        if nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok() {
+            return Ok(candidate);
+        }
+        found_but_not_executable.get_or_insert(candidate);
+    }
+    match found_but_not_executable {
+        Some(p) => {
+            Err(Error::CannotExecute { path: p, source: std::io::Error::from_raw_os_error(libc::EACCES) })
+        }
+        None => Err(Error::CommandNotFound(shown)),
+    }
+}
+
+/// Everything the child needs, built before the fork.
+pub struct Spec {
+    pub program: PathBuf,
+    pub argv: Vec<OsString>,
+    pub env: Vec<(String, OsString)>,
+    pub cwd: PathBuf,
+    /// Sockets to hand over as fd 3, 4, ... with LISTEN_PID set in the child.
+    pub listen: Vec<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    /// Make the child's group the terminal's foreground group.
+    pub foreground: bool,
+}
+
+/// A forked child waiting at its gate.
+pub struct Paused {
+    pid: Pid,
+    gate: OwnedFd,
+    errors: OwnedFd,
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
+    CString::new(bytes).map_err(|_| Error::Usage(format!("{what} contains a NUL byte")))
+}
+
+/// Moves `fd` to a descriptor >= 64, close-on-exec, so that placing the
+/// listening sockets at 3, 4, ... in the child cannot overwrite it.
+fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor we own; the result is a
+    // new descriptor that nothing else owns.
+    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
+    if raw < 0 {
+        return Err(Error::io("cannot duplicate descriptor", "runws", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `raw` was just returned by fcntl and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Forks the child; it stops at the gate until [`Paused::start`].
+pub fn spawn_paused(spec: Spec) -> Result<Paused> {
+    let program = cstring(spec.program.as_os_str().as_bytes(), "the command path")?;
+    let argv: Vec<CString> =
+        spec.argv.iter().map(|a| cstring(a.as_bytes(), "an argument")).collect::<Result<_>>()?;
+    let mut envs: Vec<CString> = Vec::with_capacity(spec.env.len() + 1);
+    for (k, v) in &spec.env {
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envs.push(cstring(&kv, "an environment value")?);
+    }
+    // LISTEN_PID must name the child, known only after the fork: the child
+    // writes its pid into this preallocated buffer.
+    let mut listen_pid: Vec<u8> = b"LISTEN_PID=".to_vec();
+    let pid_offset = listen_pid.len();
+    listen_pid.resize(pid_offset + 24, 0);
+    let cwd = cstring(spec.cwd.as_os_str().as_bytes(), "the working directory")?;
+
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
+    if !spec.listen.is_empty() {
+        env_ptrs.push(listen_pid.as_ptr() as *const libc::c_char);
+    }
+    env_ptrs.push(std::ptr::null());
+    let listen_pid_ptr = listen_pid.as_mut_ptr();
+
+    let (gate_r, gate_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "runws")?;
+    let (err_r, err_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "runws")?;
+    let gate_r = high_fd(gate_r)?;
+    let err_w = high_fd(err_w)?;
+    let stdout = spec.stdout.map(high_fd).transpose()?;
+    let stderr = spec.stderr.map(high_fd).transpose()?;
+    let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
+    let listen_raw: Vec<RawFd> = listen.iter().map(|f| f.as_raw_fd()).collect();
+    let (gate_raw, err_raw) = (gate_r.as_raw_fd(), err_w.as_raw_fd());
+    let (out_raw, errfd_raw) =
+        (stdout.as_ref().map(|f| f.as_raw_fd()), stderr.as_ref().map(|f| f.as_raw_fd()));
+    let foreground = spec.foreground;
+
+    // SAFETY: after fork the child calls only async-signal-safe functions
+    // (setpgid, tcsetpgrp, signal, dup2, chdir, read, sigprocmask, execve,
+    // write, _exit) on memory prepared above; it never allocates or locks.
+    match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
+        nix::unistd::ForkResult::Child => {
+            // SAFETY: see above; every pointer refers to memory owned by this
+            // (copied) address space and valid until execve.
+            unsafe {
+                child_after_fork(ChildFds {
+                    program: program.as_ptr(),
+                    argv: argv_ptrs.as_ptr(),
+                    envp: env_ptrs.as_ptr(),
+                    cwd: cwd.as_ptr(),
+                    gate: gate_raw,
+                    errors: err_raw,
+                    stdout: out_raw,
+                    stderr: errfd_raw,
+                    listen: &listen_raw,
+                    listen_pid: if listen_raw.is_empty() {
+                        None
+                    } else {
+                        Some(listen_pid_ptr.add(pid_offset))
+                    },
+                    foreground,
+                })
+            }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            // Also set the group from this side, so a signal forwarded before
+            // the child ran its first instruction still reaches the group.
+            let _ = nix::unistd::setpgid(child, child);
+            drop((gate_r, err_w, stdout, stderr, listen));
+            Ok(Paused { pid: child, gate: gate_w, errors: err_r })
+        }
+    }
+}
+
+struct ChildFds<'a> {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    gate: RawFd,
+    errors: RawFd,
+    stdout: Option<RawFd>,
+    stderr: Option<RawFd>,
+    listen: &'a [RawFd],
+    listen_pid: Option<*mut u8>,
+    foreground: bool,
+}
+
+/// Runs in the forked child. Never returns.
+unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
+    // SAFETY (whole function): only async-signal-safe libc calls on
+    // descriptors and buffers prepared before the fork.
+    unsafe {
+        let fail = |errno: i32| -> ! {
+            let bytes = errno.to_ne_bytes();
+            libc::write(c.errors, bytes.as_ptr() as *const libc::c_void, 4);
+            libc::_exit(127)
+        };
+        libc::setpgid(0, 0);
+        if c.foreground {
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+        // Rust ignores SIGPIPE; an ignored disposition would survive exec.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if let Some(fd) = c.stdout
+            && libc::dup2(fd, 1) < 0
+        {
+            fail(*libc::__errno_location());
+        }
+        if let Some(fd) = c.stderr
+            && libc::dup2(fd, 2) < 0
+        {
+            fail(*libc::__errno_location());
+        }
+        for (i, fd) in c.listen.iter().enumerate() {
+            if libc::dup2(*fd, 3 + i as i32) < 0 {
+                fail(*libc::__errno_location());
+            }
+        }
+        if let Some(buf) = c.listen_pid {
+            let mut pid = libc::getpid() as u32;
+            let mut digits = [0u8; 12];
+            let mut n = 0;
+            loop {
+                digits[n] = b'0' + (pid % 10) as u8;
+                n += 1;
+                pid /= 10;
+                if pid == 0 {
+                    break;
+                }
+            }
+            for i in 0..n {
+                *buf.add(i) = digits[n - 1 - i];
+            }
+            *buf.add(n) = 0;
+        }
+        if libc::chdir(c.cwd) < 0 {
+            fail(*libc::__errno_location());
+        }
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(c.gate, &mut byte as *mut u8 as *mut libc::c_void, 1);
+            if n == 1 {
+                break;
+            }
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // runws gave up on this run before it started.
+            libc::_exit(125);
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(c.program, c.argv, c.envp);
+        fail(*libc::__errno_location())
+    }
+}
+
+impl Paused {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Opens the gate and waits for `execve`. On failure the child is
+    /// reaped and the error says whether the program was missing (127) or
+    /// could not be executed (126).
+    pub fn start(self, program: &Path) -> Result<Pid> {
+        nix::unistd::write(self.gate.as_fd(), &[1u8]).ctx("cannot start", program)?;
+        drop(self.gate);
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match nix::unistd::read(self.errors.as_fd(), &mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::io("cannot start", program, e.into())),
+            }
+        }
+        if got == 0 {
+            return Ok(self.pid);
+        }
+        let errno = i32::from_ne_bytes(buf);
+        let _ = waitpid(self.pid, None);
+        let source = std::io::Error::from_raw_os_error(errno);
+        if errno == libc::ENOENT {
+            Err(Error::CommandNotFound(program.display().to_string()))
+        } else {
+            Err(Error::CannotExecute { path: program.to_path_buf(), source })
+        }
+    }
+
+    /// Gives up on the child before it ran: closing the gate ends it.
+    pub fn abandon(self) {
+        let pid = self.pid;
+        drop(self.gate);
+        let _ = waitpid(pid, None);
+    }
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+/// What the watch loop needs besides the child.
+pub struct Watch<'a> {
+    pub signals: &'a SignalFd,
+    pub timeout: Option<Duration>,
+    pub kill_after: Option<Duration>,
+    pub renew_every: Duration,
+    /// Called every `renew_every` while the child lives (the lease renewal).
+    pub renew: &'a mut dyn FnMut(),
+}
+
+/// Waits for the child, forwarding signals to its group, enforcing the
+/// timeout and calling the renewal on schedule.
+pub fn watch(pid: Pid, w: Watch<'_>) -> Result<Outcome> {
+    let start = Instant::now();
+    let mut next_renew = start + w.renew_every;
+    let term_at = w.timeout.map(|t| start + t);
+    let mut kill_at: Option<Instant> = None;
+    let mut timed_out = false;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                return Ok(Outcome { exit_code: Some(code), signal: None, timed_out });
+            }
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                return Ok(Outcome { exit_code: None, signal: Some(sig as i32), timed_out });
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e.into())),
+        }
+        let now = Instant::now();
+        if let Some(t) = term_at
+            && !timed_out
+            && now >= t
+        {
+            timed_out = true;
+            let _ = killpg(pid, Signal::SIGTERM);
+            // A stopped process cannot act on SIGTERM.
+            let _ = killpg(pid, Signal::SIGCONT);
+            kill_at = w.kill_after.map(|k| now + k);
+        }
+        if let Some(k) = kill_at
+            && now >= k
+        {
+            let _ = killpg(pid, Signal::SIGKILL);
+            kill_at = None;
+        }
+        if now >= next_renew {
+            (w.renew)();
+            next_renew = Instant::now() + w.renew_every;
+        }
+        let mut wake = next_renew;
+        if let (Some(t), false) = (term_at, timed_out) {
+            wake = wake.min(t);
+        }
+        if let Some(k) = kill_at {
+            wake = wake.min(k);
+        }
+        let wait_ms = wake.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(w.signals.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::try_from(wait_ms).unwrap_or(PollTimeout::MAX)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Error::io("cannot poll", "signalfd", e.into())),
+        }
+        while let Ok(Some(info)) = w.signals.read_signal() {
+            let signo = info.ssi_signo as i32;
+            if let Ok(sig) = Signal::try_from(signo)
+                && FORWARDED.contains(&sig)
+            {
+                let _ = killpg(pid, sig);
+            }
+        }
+    }
+}
+
+/// Sends `sig` to the child's group (used when runws must stop early).
+pub fn signal_group(pid: Pid, sig: Signal) {
+    let _ = killpg(pid, sig);
+    let _ = kill(pid, sig);
+}

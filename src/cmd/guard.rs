@@ -1,0 +1,59 @@
+//! `runws put`, `get`, `has`, `import`, `info`: the guard's command line.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::exit;
+use crate::guard::{Guard, Written};
+
+pub fn put(name: &str, file: Option<&Path>) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    let written = match file {
+        None => guard.put(name, &mut std::io::stdin().lock())?,
+        Some(p) if p.as_os_str() == "-" => guard.put(name, &mut std::io::stdin().lock())?,
+        Some(p) => {
+            let mut f = std::fs::File::open(p).with_context(|| format!("cannot open `{}`", p.display()))?;
+            guard.put(name, &mut f)?
+        }
+    };
+    let (verb, rec) = match &written {
+        Written::New(r) => ("wrote", r),
+        Written::Unchanged(r) => ("unchanged", r),
+    };
+    eprintln!("runws: {verb} {} ({} bytes, sha256:{})", rec.file, rec.bytes, rec.sha256);
+    Ok(exit::OK)
+}
+
+pub fn get(name: &str, from: Option<&str>) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    guard.get(name, from, &mut out)?;
+    out.flush()?;
+    Ok(exit::OK)
+}
+
+pub fn has(name: &str) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    Ok(if guard.has(name)? { exit::OK } else { exit::NO })
+}
+
+pub fn import(run: &str, name: &str) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    let rec = guard.import(run, name)?;
+    eprintln!("runws: imported {} from run {run} ({} bytes, sha256:{})", rec.path, rec.bytes, rec.sha256);
+    Ok(exit::OK)
+}
+
+pub fn info(json: bool) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    let m = guard.manifest()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&m)?);
+    } else {
+        super::ls::print_summary(&m, guard.dir());
+    }
+    Ok(exit::OK)
+}

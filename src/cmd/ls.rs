@@ -1,0 +1,160 @@
+//! `runws ls` and `runws show`: reading runs back.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::exit;
+use crate::manifest::{self, Manifest, Status};
+use crate::workspace::{self, RunDir};
+
+/// One line of `ls`: the manifest's summary, or why it cannot be read.
+#[derive(Serialize)]
+struct Row {
+    run_id: String,
+    job: Option<String>,
+    status: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    exit_code: Option<i32>,
+    error: Option<String>,
+}
+
+/// The status a reader should see: a `running` run whose lease ran out
+/// without renewal is `stale` (its runws is gone or stuck).
+pub fn shown_status(m: &Manifest, now: SystemTime) -> String {
+    if m.status == Status::Running && !m.lease_valid_at(now) {
+        "stale".to_string()
+    } else {
+        m.status.as_str().to_string()
+    }
+}
+
+fn rows(root: &Path, job: Option<&str>) -> Result<Vec<Row>, Error> {
+    let runs = match workspace::runs_dir(root, false) {
+        Ok(d) => d,
+        Err(_) => return Ok(Vec::new()),
+    };
+    let now = SystemTime::now();
+    let mut rows = Vec::new();
+    for id in runs.entries()? {
+        if workspace::check_run_id(&id).is_err() {
+            continue;
+        }
+        let row = match runs.sub(&id).and_then(|d| manifest::read(&d)) {
+            Ok(m) => {
+                if job.is_some_and(|j| j != m.job) {
+                    continue;
+                }
+                Row {
+                    status: shown_status(&m, now),
+                    run_id: m.run_id,
+                    job: Some(m.job),
+                    started_at: Some(m.started_at),
+                    finished_at: m.finished_at,
+                    exit_code: m.exit_code,
+                    error: m.error,
+                }
+            }
+            Err(e) => {
+                if job.is_some() {
+                    continue;
+                }
+                let status = match e {
+                    Error::ManifestMissing { .. } => "incomplete",
+                    _ => "unreadable",
+                };
+                Row {
+                    run_id: id,
+                    job: None,
+                    status: status.into(),
+                    started_at: None,
+                    finished_at: None,
+                    exit_code: None,
+                    error: Some(e.to_string()),
+                }
+            }
+        };
+        rows.push(row);
+    }
+    rows.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.run_id.cmp(&b.run_id)));
+    Ok(rows)
+}
+
+pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<u8> {
+    let root = workspace::resolve_root(root)?;
+    let rows = rows(&root, job)?;
+    let mut out = std::io::stdout().lock();
+    use std::io::Write;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(exit::OK);
+    }
+    writeln!(out, "{:<36}  {:<20}  {:<10}  {:<24}  EXIT", "RUN", "JOB", "STATUS", "STARTED")?;
+    for r in rows {
+        writeln!(
+            out,
+            "{:<36}  {:<20}  {:<10}  {:<24}  {}",
+            r.run_id,
+            r.job.as_deref().unwrap_or("-"),
+            r.status,
+            r.started_at.as_deref().unwrap_or("-"),
+            r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
+    let root = workspace::resolve_root(root)?;
+    let id = if run == "last" {
+        rows(&root, None)?
+            .into_iter()
+            .rfind(|r| r.started_at.is_some())
+            .map(|r| r.run_id)
+            .ok_or_else(|| Error::Other(format!("no runs under `{}`", root.display())))?
+    } else {
+        run.to_string()
+    };
+    let rd = RunDir::open(&root, &id)?;
+    let m = manifest::read(&rd.dir)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&m)?);
+    } else {
+        print_summary(&m, rd.path());
+    }
+    Ok(exit::OK)
+}
+
+/// A human summary of one run.
+pub fn print_summary(m: &Manifest, dir: &Path) {
+    let now = SystemTime::now();
+    println!("run:       {}", m.run_id);
+    println!("job:       {}", m.job);
+    println!("dir:       {}", dir.display());
+    println!("command:   {}", m.argv.join(" "));
+    println!("status:    {}", shown_status(m, now));
+    if let Some(code) = m.exit_code {
+        println!("exit:      {code}");
+    }
+    if let Some(sig) = m.signal {
+        println!("signal:    {sig}");
+    }
+    if let Some(e) = &m.error {
+        println!("error:     {e}");
+    }
+    println!("started:   {}", m.started_at);
+    if let Some(f) = &m.finished_at {
+        println!("finished:  {f}");
+    }
+    for p in &m.ports {
+        println!("port:      {}={} ({})", p.var, p.port, p.host);
+    }
+    println!("inputs:    {} ({})", m.inputs.len(), m.input_fingerprint);
+    for o in &m.outputs {
+        println!("output:    {} ({} bytes, sha256:{})", o.name, o.bytes, o.sha256);
+    }
+}

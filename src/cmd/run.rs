@@ -1,0 +1,450 @@
+//! `runws run`: create the run, build its world, start the command, watch it,
+//! record how it ended.
+//!
+//! Order matters. Everything that can be checked without touching disk (the
+//! run id, grants, env files) is checked first, so a bad invocation creates
+//! nothing. Then the run directory is created exclusively; from there on a
+//! failure is recorded in the run's manifest before runws exits 125 (or
+//! 126/127 when the command cannot run).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+
+use crate::child::{self, Outcome, Spec, Watch};
+use crate::cli::RunArgs;
+use crate::envbuild::{self, Grant, RunPaths};
+use crate::error::{Error, IoContext};
+use crate::exit;
+use crate::fingerprint;
+use crate::manifest::{self, ChildRecord, Manifest, ProcessRecord, Status};
+use crate::ports::{self, Ports};
+use crate::procinfo;
+use crate::workspace::{self, RunDir};
+
+/// A job name: the id alphabet, so it is safe as a path component later.
+fn job_name(args: &RunArgs) -> Result<String, Error> {
+    if let Some(job) = &args.job {
+        workspace::check_run_id(job).map_err(|_| {
+            Error::Usage(format!(
+                "invalid job name `{}`: use letters, digits, `.`, `_` and `-`, starting with a letter or digit",
+                job.escape_debug()
+            ))
+        })?;
+        return Ok(job.clone());
+    }
+    let base =
+        Path::new(&args.command[0]).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let mut job: String = base
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .take(workspace::MAX_RUN_ID)
+        .collect();
+    if !job.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        job.insert(0, 'j');
+        job.truncate(workspace::MAX_RUN_ID);
+    }
+    Ok(job)
+}
+
+fn collect_grants(args: &RunArgs) -> Result<Vec<Grant>, Error> {
+    let mut grants = Vec::new();
+    for f in &args.env_file {
+        grants.extend(envbuild::read_env_file(f)?);
+    }
+    for e in &args.env {
+        grants.push(envbuild::parse_env_arg(e)?);
+    }
+    for key in &args.pass {
+        envbuild::check_key(key)?;
+        grants.push(Grant::Pass { key: key.clone() });
+    }
+    Ok(grants)
+}
+
+fn lossy(args: &[OsString]) -> Vec<String> {
+    args.iter().map(|a| a.to_string_lossy().to_string()).collect()
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    // Checks that create nothing.
+    let id = match &args.run_id {
+        Some(id) => {
+            workspace::check_run_id(id)?;
+            id.clone()
+        }
+        None => workspace::new_run_id(),
+    };
+    if args.lease_ttl < Duration::from_millis(30) {
+        return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
+    }
+    let root = workspace::resolve_root(args.root.root.as_deref())?;
+    let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
+    let job = job_name(&args)?;
+    let grants = collect_grants(&args)?;
+    for input in &args.inputs {
+        std::fs::metadata(input).ctx("cannot read input", input)?;
+    }
+
+    // The command's environment may hold secrets: keep same-user processes
+    // (the command among them) from reading ours through /proc/<pid>/environ.
+    nix::sys::prctl::set_dumpable(false).ctx("cannot make runws non-dumpable", "prctl")?;
+    let signals = child::block_signals()?;
+
+    let run = RunDir::create(&root, &id)?;
+    let me = std::process::id() as i32;
+    let mut m = Manifest {
+        schema: manifest::SCHEMA,
+        run_id: id.clone(),
+        job: job.clone(),
+        argv: lossy(&args.command),
+        program: None,
+        cwd: String::new(),
+        invoked_from: invoked_from.display().to_string(),
+        host: procinfo::hostname(),
+        uid: nix::unistd::getuid().as_raw(),
+        runws: ProcessRecord { pid: me, start_time: procinfo::stat(me).map(|s| s.start_time).unwrap_or(0) },
+        child: None,
+        started_at: manifest::format_time(SystemTime::now()),
+        finished_at: None,
+        status: Status::Running,
+        exit_code: None,
+        signal: None,
+        error: None,
+        lease_ttl_ms: args.lease_ttl.as_millis() as u64,
+        lease_until: manifest::now_plus(args.lease_ttl),
+        timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+        env: Vec::new(),
+        ports: Vec::new(),
+        listen: args.listen,
+        capture: args.capture,
+        inputs: Vec::new(),
+        input_fingerprint: fingerprint::combine(&[]),
+        fingerprint: args.fingerprint.clone(),
+        outputs: Vec::new(),
+        extra: Default::default(),
+    };
+
+    let mut ports = Ports::none();
+    let prepared = prepare(&args, grants, &run, &root, &job, &invoked_from, &mut m, &mut ports);
+    let (spec, capture) = match prepared {
+        Ok(p) => p,
+        Err(e) => return record_failure(&run, m, e),
+    };
+    let program = spec.program.clone();
+    let took_terminal = spec.foreground;
+
+    // Fork, record the child, then let it exec.
+    let paused = match child::spawn_paused(spec) {
+        Ok(p) => p,
+        Err(e) => return record_failure(&run, m, e),
+    };
+    let pid = paused.pid();
+    m.child = Some(ChildRecord {
+        pid: pid.as_raw(),
+        pgid: pid.as_raw(),
+        start_time: procinfo::stat(pid.as_raw()).map(|s| s.start_time).unwrap_or(0),
+    });
+    if let Err(e) = manifest::write(&run.dir, &m, false) {
+        paused.abandon();
+        return Err(e).with_context(|| format!("cannot record run `{id}`"));
+    }
+    if !args.listen {
+        // The command binds these ports itself; the ledger still holds them.
+        ports.close_sockets();
+    }
+    if let Err(e) = paused.start(&program) {
+        let code = e.exit_code();
+        let msg = e.to_string();
+        let _ = finish(
+            &run,
+            Outcome { exit_code: Some(code as i32), signal: None, timed_out: false },
+            Some(msg.clone()),
+        );
+        eprintln!("runws: {msg}");
+        return Ok(code);
+    }
+    let tees = capture.map(|c| c.start());
+
+    let ttl = args.lease_ttl;
+    let run_dir = &run.dir;
+    let mut warned = false;
+    let mut renew = || {
+        let r = manifest::update(run_dir, false, |m| {
+            if m.status == Status::Running {
+                m.lease_until = manifest::now_plus(ttl);
+            }
+            Ok(())
+        });
+        if let (Err(e), false) = (r, warned) {
+            warned = true;
+            eprintln!("runws: warning: cannot renew the lease of run `{}`: {e}", run_dir.path().display());
+        }
+    };
+    let outcome = child::watch(
+        pid,
+        Watch {
+            signals: &signals,
+            timeout: args.timeout,
+            kill_after: args.kill_after,
+            renew_every: ttl / 3,
+            renew: &mut renew,
+        },
+    );
+    if took_terminal {
+        restore_foreground();
+    }
+    if let Some(tees) = tees {
+        tees.join(Duration::from_secs(2));
+    }
+    let outcome = outcome?;
+    let code = exit_code(&outcome);
+    finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
+    ports.release();
+    Ok(code)
+}
+
+/// The exit status runws reports for how the command ended.
+fn exit_code(o: &Outcome) -> u8 {
+    if o.timed_out {
+        exit::TIMED_OUT
+    } else if let Some(sig) = o.signal {
+        exit::from_signal(sig)
+    } else {
+        o.exit_code.unwrap_or(exit::FAILURE as i32).clamp(0, 255) as u8
+    }
+}
+
+/// Everything between creating the directory and forking: inputs, ports,
+/// environment, program. Fills in `m`.
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    args: &RunArgs,
+    grants: Vec<Grant>,
+    run: &RunDir,
+    root: &Path,
+    job: &str,
+    invoked_from: &Path,
+    m: &mut Manifest,
+    ports: &mut Ports,
+) -> Result<(Spec, Option<Capture>), Error> {
+    let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
+    run.sub("bin")?.symlink(&exe, "runws")?;
+
+    let inputs = run.sub("inputs")?;
+    m.inputs = fingerprint::copy_inputs(&args.inputs, &inputs)?;
+    m.input_fingerprint = fingerprint::combine(&m.inputs);
+
+    *ports = ports::reserve(args.ports, &args.port_host, &root.join("store").join("ports"))?;
+    m.ports = ports.records.clone();
+
+    let prefix = workspace::prefix_for(&run.id);
+    let paths = RunPaths {
+        run_id: &run.id,
+        run_dir: run.path(),
+        root,
+        job,
+        prefix: &prefix,
+        path_tail: &args.path,
+        ports: &ports.records,
+    };
+    let mut env = envbuild::build(&paths, grants)?;
+    let mut listen: Vec<OwnedFd> = Vec::new();
+    if args.listen {
+        for s in std::mem::take(&mut ports.sockets) {
+            listen.push(OwnedFd::from(s));
+        }
+        env.vars.insert("LISTEN_FDS".into(), listen.len().to_string().into());
+        let names: Vec<&str> = ports.records.iter().map(|p| p.var.as_str()).collect();
+        env.vars.insert("LISTEN_FDNAMES".into(), names.join(":").into());
+        env.record.extend(envbuild::listen_record());
+        env.record.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    m.env = env.record;
+
+    let cwd = match &args.cwd {
+        Some(c) => invoked_from.join(c),
+        None => run.path().join("work"),
+    };
+    m.cwd = cwd.display().to_string();
+    let path_var = env.vars.get("PATH").cloned().unwrap_or_default();
+    let program = if args.command[0] == "runws" {
+        exe.clone()
+    } else {
+        child::resolve(&args.command[0], &path_var, invoked_from)?
+    };
+    m.program = Some(program.display().to_string());
+
+    let capture = if args.capture { Some(Capture::open(run)?) } else { None };
+    let (stdout, stderr) = match &capture {
+        Some(c) => (
+            Some(c.out_w.try_clone().ctx("cannot duplicate", "pipe")?),
+            Some(c.err_w.try_clone().ctx("cannot duplicate", "pipe")?),
+        ),
+        None => (None, None),
+    };
+    let spec = Spec {
+        program,
+        argv: args.command.clone(),
+        env: env.vars.into_iter().collect(),
+        cwd,
+        listen,
+        stdout,
+        stderr,
+        foreground: foreground(),
+    };
+    Ok((spec, capture))
+}
+
+/// Records a run that failed before its command started, then reports it.
+fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8> {
+    let code = e.exit_code();
+    m.status = Status::Failed;
+    m.exit_code = Some(code as i32);
+    m.error = Some(e.to_string());
+    m.finished_at = Some(manifest::format_time(SystemTime::now()));
+    m.lease_until = m.finished_at.clone().unwrap_or_default();
+    if let Err(w) = manifest::write(&run.dir, &m, true) {
+        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
+    }
+    Err(e.into())
+}
+
+/// Records how the command ended, unless the run was taken over meanwhile.
+fn finish(run: &RunDir, o: Outcome, error: Option<String>) -> Result<(), Error> {
+    manifest::update(&run.dir, true, |m| {
+        if m.status != Status::Running {
+            return Err(Error::RunNotLive {
+                run: run.id.clone(),
+                why: format!(
+                    "it was marked {} while the command ran; its record is left as is",
+                    m.status.as_str()
+                ),
+            });
+        }
+        m.status = if o.timed_out {
+            Status::TimedOut
+        } else if o.signal.is_some() {
+            Status::Killed
+        } else if o.exit_code == Some(0) {
+            Status::Succeeded
+        } else {
+            Status::Failed
+        };
+        m.exit_code = if o.timed_out { Some(exit::TIMED_OUT as i32) } else { o.exit_code };
+        m.signal = o.signal;
+        m.error = error;
+        let now = manifest::format_time(SystemTime::now());
+        m.lease_until = now.clone();
+        m.finished_at = Some(now);
+        Ok(())
+    })
+}
+
+/// True when runws owns the terminal on stdin: the command is then made the
+/// terminal's foreground group, so it can read the terminal and gets ^C.
+fn foreground() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
+    unsafe { nix::libc::isatty(0) == 1 && nix::libc::tcgetpgrp(0) == nix::libc::getpgrp() }
+}
+
+/// Takes the terminal back after the command's group held it. SIGTTOU is
+/// blocked in runws, so this cannot stop runws.
+fn restore_foreground() {
+    // SAFETY: tcsetpgrp on stdin with our own process group.
+    unsafe {
+        nix::libc::tcsetpgrp(0, nix::libc::getpgrp());
+    }
+}
+
+/// `--capture`: the command's stdout and stderr go through pipes; runws
+/// copies each to its own stream and to `logs/`.
+struct Capture {
+    out_r: OwnedFd,
+    out_w: OwnedFd,
+    err_r: OwnedFd,
+    err_w: OwnedFd,
+    out_log: std::fs::File,
+    err_log: std::fs::File,
+}
+
+struct Tees {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Capture {
+    fn open(run: &RunDir) -> Result<Capture, Error> {
+        let logs = run.sub("logs")?;
+        let out_log = logs.create_new("stdout.log", 0o644).ctx("cannot create", logs.join("stdout.log"))?;
+        let err_log = logs.create_new("stderr.log", 0o644).ctx("cannot create", logs.join("stderr.log"))?;
+        let (out_r, out_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "capture")?;
+        let (err_r, err_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "capture")?;
+        Ok(Capture { out_r, out_w, err_r, err_w, out_log, err_log })
+    }
+
+    fn start(self) -> Tees {
+        let Capture { out_r, out_w, err_r, err_w, out_log, err_log } = self;
+        // Our copies of the write ends must close, or the readers never see EOF.
+        drop((out_w, err_w));
+        let (tx, done) = std::sync::mpsc::channel();
+        let spawn = |r: OwnedFd, log: std::fs::File, to_stderr: bool, tx: std::sync::mpsc::Sender<()>| {
+            std::thread::spawn(move || {
+                tee(std::fs::File::from(r), log, to_stderr);
+                let _ = tx.send(());
+            })
+        };
+        let threads = vec![spawn(out_r, out_log, false, tx.clone()), spawn(err_r, err_log, true, tx)];
+        Tees { threads, done }
+    }
+}
+
+impl Tees {
+    /// Waits for both streams to end, at most `grace` after the command
+    /// exited (a background process may hold the pipe open forever).
+    fn join(self, grace: Duration) {
+        let deadline = std::time::Instant::now() + grace;
+        let mut finished = 0;
+        while finished < self.threads.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.done.recv_timeout(left) {
+                Ok(()) => finished += 1,
+                Err(_) => return,
+            }
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tee(mut from: std::fs::File, mut log: std::fs::File, to_stderr: bool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut console_ok = true;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if console_ok {
+            let r = if to_stderr {
+                std::io::stderr().write_all(&buf[..n])
+            } else {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&buf[..n]).and_then(|()| out.flush())
+            };
+            // A closed console must not stop the log or block the command.
+            console_ok = r.is_ok();
+        }
+        let _ = log.write_all(&buf[..n]);
+    }
+    let _ = log.sync_all();
+}

@@ -1,0 +1,243 @@
+//! Inputs: copied into `inputs/` and hashed in the same pass, and the
+//! combined fingerprint over all of them.
+//!
+//! Each byte of an input is read once: the reading thread hashes a buffer
+//! while a writer thread writes the previous one, so copying costs little
+//! more than hashing (sha2 uses the CPU's SHA instructions where present).
+//! The fingerprint is the sha256 of the sorted list of (path, kind, bytes,
+//! sha256, producer run): independent of the order the inputs were given in
+//! and of timestamps, and different when any byte or name differs.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::mpsc;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, Dir};
+use crate::manifest::InputRecord;
+
+const CHUNK: usize = 1 << 20;
+
+/// Lowercase hex of a digest.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Hashes everything `reader` yields; returns (bytes, sha256 hex).
+pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, hex(&hasher.finalize())))
+}
+
+/// Copies `src` to `dst`, hashing the bytes as they pass; returns
+/// (bytes, sha256 hex). Reading and hashing overlap with writing.
+pub fn copy_and_hash(src: &mut impl Read, dst: &mut File) -> std::io::Result<(u64, String)> {
+    let (to_writer, from_reader) = mpsc::sync_channel::<Vec<u8>>(2);
+    let (to_reader, spare) = mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> std::io::Result<()> {
+            for buf in from_reader {
+                dst.write_all(&buf)?;
+                let _ = to_reader.send(buf);
+            }
+            Ok(())
+        });
+        let mut hasher = Sha256::new();
+        let mut total = 0u64;
+        let read_result = (|| -> std::io::Result<()> {
+            loop {
+                let mut buf = spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+                buf.resize(CHUNK, 0);
+                let mut filled = 0;
+                while filled < CHUNK {
+                    match src.read(&mut buf[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if filled == 0 {
+                    return Ok(());
+                }
+                buf.truncate(filled);
+                hasher.update(&buf);
+                total += filled as u64;
+                if to_writer.send(buf).is_err() {
+                    // The writer stopped: its error is reported below.
+                    return Ok(());
+                }
+                if filled < CHUNK {
+                    return Ok(());
+                }
+            }
+        })();
+        drop(to_writer);
+        let write_result =
+            writer.join().unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked")));
+        read_result?;
+        write_result?;
+        Ok((total, hex(&hasher.finalize())))
+    })
+}
+
+/// The combined fingerprint of a list of inputs.
+pub fn combine(inputs: &[InputRecord]) -> String {
+    let mut sorted: Vec<&InputRecord> = inputs.iter().collect();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut h = Sha256::new();
+    h.update(b"runws-inputs-v1\n");
+    for i in sorted {
+        // Paths cannot hold NUL, so NUL separates fields unambiguously.
+        h.update(i.path.as_bytes());
+        h.update(b"\0");
+        h.update(i.kind.as_bytes());
+        h.update(b"\0");
+        h.update(i.bytes.to_string().as_bytes());
+        h.update(b"\0");
+        h.update(i.sha256.as_bytes());
+        h.update(b"\0");
+        h.update(i.from_run.as_deref().unwrap_or("").as_bytes());
+        h.update(b"\n");
+    }
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// Copies the user's `--input` paths into `inputs/`, each under its own
+/// file name; returns the records, sorted by path.
+pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<InputRecord>> {
+    let mut records = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for src in sources {
+        let name =
+            src.file_name().and_then(|n| n.to_str()).filter(|n| *n != "." && *n != "..").ok_or_else(
+                || Error::Usage(format!("--input `{}` has no usable file name", src.display())),
+            )?;
+        fsx::check_name(name)?;
+        if !names.insert(name.to_string()) {
+            return Err(Error::Usage(format!("two inputs are named `{name}`; give each input its own name")));
+        }
+        // The path the user named is followed; links inside a directory are not.
+        let meta = std::fs::metadata(src).ctx("cannot read input", src)?;
+        if meta.is_dir() {
+            copy_dir(src, inputs, name, name, &mut records)?;
+        } else if meta.is_file() {
+            records.push(copy_file(src, inputs, name, name)?);
+        } else {
+            return Err(Error::SpecialFile { path: src.clone() });
+        }
+    }
+    records.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(records)
+}
+
+fn copy_file(src: &Path, into: &Dir, name: &str, rel: &str) -> Result<InputRecord> {
+    let mut from = File::open(src).ctx("cannot open input", src)?;
+    let mut to = into.create_new(name, 0o644).ctx("cannot create", into.join(name))?;
+    let (bytes, sha256) = copy_and_hash(&mut from, &mut to).ctx("cannot copy input", src)?;
+    Ok(InputRecord {
+        path: rel.to_string(),
+        kind: "file".into(),
+        bytes,
+        sha256,
+        from_run: None,
+        from_output: None,
+    })
+}
+
+fn copy_dir(src: &Path, parent: &Dir, name: &str, rel: &str, out: &mut Vec<InputRecord>) -> Result<()> {
+    parent.mkdir(name, 0o755).ctx("cannot create", parent.join(name))?;
+    let dir = parent.sub(name)?;
+    let mut entries: Vec<_> = std::fs::read_dir(src)
+        .ctx("cannot list input", src)?
+        .collect::<std::io::Result<_>>()
+        .ctx("cannot list input", src)?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let Some(child) = entry.file_name().to_str().map(str::to_string) else {
+            return Err(Error::Usage(format!("input `{}` has a name that is not UTF-8", path.display())));
+        };
+        let child_rel = format!("{rel}/{child}");
+        let ft = entry.file_type().ctx("cannot read input", &path)?;
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&path).ctx("cannot read link", &path)?;
+            dir.symlink(&target, &child)?;
+            let text = target.as_os_str().as_encoded_bytes();
+            out.push(InputRecord {
+                path: child_rel,
+                kind: "symlink".into(),
+                bytes: text.len() as u64,
+                sha256: hex(&Sha256::digest(text)),
+                from_run: None,
+                from_output: None,
+            });
+        } else if ft.is_dir() {
+            copy_dir(&path, &dir, &child, &child_rel, out)?;
+        } else if ft.is_file() {
+            out.push(copy_file(&path, &dir, &child, &child_rel)?);
+        } else {
+            return Err(Error::SpecialFile { path });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(path: &str, sha: &str) -> InputRecord {
+        InputRecord {
+            path: path.into(),
+            kind: "file".into(),
+            bytes: 1,
+            sha256: sha.into(),
+            from_run: None,
+            from_output: None,
+        }
+    }
+
+    #[test]
+    fn fingerprint_ignores_order_and_sees_names_and_bytes() {
+        let a = combine(&[rec("a", "1"), rec("b", "2")]);
+        assert_eq!(a, combine(&[rec("b", "2"), rec("a", "1")]));
+        assert_ne!(a, combine(&[rec("a", "1"), rec("c", "2")]));
+        assert_ne!(a, combine(&[rec("a", "1"), rec("b", "3")]));
+        assert!(a.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn copy_and_hash_matches_plain_hash() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let src = tmp.path().join("src");
+        std::fs::write(&src, &data).unwrap();
+        let mut out = File::create(tmp.path().join("dst")).unwrap();
+        let (n, h) = copy_and_hash(&mut File::open(&src).unwrap(), &mut out).unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert_eq!(h, hex(&Sha256::digest(&data)));
+        assert_eq!(std::fs::read(tmp.path().join("dst")).unwrap(), data);
+    }
+}

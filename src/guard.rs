@@ -1,0 +1,340 @@
+//! The guard: what a command calls, from inside its run, to write outputs
+//! stamped with its run id and to read only its own.
+//!
+//! `runws put/get/has/import/info` and this library share one
+//! implementation. Every call first proves it belongs to a live run: the
+//! environment's `RUNWS_DIR` and `RUNWS_RUN_ID` agree, the manifest there
+//! names that run, the run is `running`, its runws process is alive (pid and
+//! start time), and the caller descends from that process or sits in the
+//! command's process group. A spoofed `RUNWS_RUN_ID` or a leftover process
+//! from an earlier run is refused. Every file is reached with `O_NOFOLLOW`
+//! relative to the run directory, and writes are temp-then-rename, so nothing
+//! the command planted (a symlink as `outputs/` or as an output file) makes
+//! the guard write or read outside the run.
+//!
+//! Reading another run's output is refused, except through `import`: the
+//! one explicit cross-run read, recorded in the inputs and the fingerprint.
+//!
+//! ```no_run
+//! let guard = runws::guard::Guard::from_env()?;
+//! guard.put_bytes("report.json", b"{}")?;
+//! assert!(guard.has("report.json")?);
+//! # Ok::<(), runws::error::Error>(())
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::error::{Error, IoContext, Result};
+use crate::fingerprint::{self, copy_and_hash, hash_reader};
+use crate::fsx::{self, Dir};
+use crate::manifest::{self, InputRecord, Manifest, OutputRecord, Status};
+use crate::procinfo;
+use crate::workspace::{self, RunDir};
+
+/// What a write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// New bytes were written and recorded.
+    New(OutputRecord),
+    /// The same bytes were already recorded: nothing was rewritten.
+    Unchanged(OutputRecord),
+}
+
+/// A handle on the current run, for the command running inside it.
+#[derive(Debug)]
+pub struct Guard {
+    run: RunDir,
+}
+
+fn env_str(key: &str) -> Result<Option<String>> {
+    match std::env::var_os(key) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => v
+            .into_string()
+            .map(Some)
+            .map_err(|_| Error::NotInRun { why: format!("{key} is not valid UTF-8") }),
+    }
+}
+
+impl Guard {
+    /// The current run, from `RUNWS_DIR`, `RUNWS_RUN_ID` and `RUNWS_ROOT`.
+    pub fn from_env() -> Result<Guard> {
+        let id = env_str("RUNWS_RUN_ID")?.ok_or_else(|| Error::NotInRun {
+            why: "RUNWS_RUN_ID is not set (run the command under `runws run`)".into(),
+        })?;
+        let dir = env_str("RUNWS_DIR")?.ok_or_else(|| Error::NotInRun {
+            why: "RUNWS_DIR is not set (run the command under `runws run`)".into(),
+        })?;
+        let root = env_str("RUNWS_ROOT")?.map(PathBuf::from);
+        Guard::open(Path::new(&dir), &id, root.as_deref())
+    }
+
+    /// The run in `run_dir`, which must be `ROOT/runs/<run_id>`.
+    pub fn open(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<Guard> {
+        workspace::check_run_id(run_id).map_err(|e| Error::NotInRun { why: e.to_string() })?;
+        let mismatch = || Error::NotInRun {
+            why: format!("RUNWS_DIR `{}` is not the directory of run `{run_id}`", run_dir.display()),
+        };
+        if !run_dir.is_absolute() || run_dir.file_name().and_then(|n| n.to_str()) != Some(run_id) {
+            return Err(mismatch());
+        }
+        let runs = run_dir.parent().ok_or_else(mismatch)?;
+        if runs.file_name().and_then(|n| n.to_str()) != Some("runs") {
+            return Err(mismatch());
+        }
+        let derived_root = runs.parent().ok_or_else(mismatch)?;
+        if let Some(r) = root
+            && r != derived_root
+        {
+            return Err(Error::NotInRun {
+                why: format!("RUNWS_DIR `{}` is not under RUNWS_ROOT `{}`", run_dir.display(), r.display()),
+            });
+        }
+        let run = RunDir::open(derived_root, run_id)?;
+        let guard = Guard { run };
+        guard.manifest()?;
+        Ok(guard)
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run.id
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.run.path()
+    }
+
+    /// The current manifest, after checking that the caller belongs to this
+    /// live run.
+    pub fn manifest(&self) -> Result<Manifest> {
+        let m = manifest::read(&self.run.dir)?;
+        self.check_live(&m)?;
+        Ok(m)
+    }
+
+    fn check_live(&self, m: &Manifest) -> Result<()> {
+        let id = &self.run.id;
+        if &m.run_id != id {
+            return Err(Error::NotInRun {
+                why: format!(
+                    "the manifest in `{}` names run `{}`, not `{id}`",
+                    self.dir().display(),
+                    m.run_id
+                ),
+            });
+        }
+        if m.status != Status::Running {
+            return Err(Error::RunNotLive { run: id.clone(), why: format!("it is {}", m.status.as_str()) });
+        }
+        if m.host != procinfo::hostname() {
+            return Err(Error::RunNotLive { run: id.clone(), why: format!("it runs on host `{}`", m.host) });
+        }
+        if !procinfo::is_same_process(m.runws.pid, m.runws.start_time) {
+            return Err(Error::RunNotLive {
+                run: id.clone(),
+                why: format!("its runws process {} is gone", m.runws.pid),
+            });
+        }
+        let pgid = m.child.as_ref().map(|c| c.pgid);
+        if !procinfo::caller_belongs_to(m.runws.pid, m.runws.start_time, pgid) {
+            return Err(Error::NotInRun { why: format!("this process is not part of run `{id}`") });
+        }
+        Ok(())
+    }
+
+    fn outputs(&self) -> Result<Dir> {
+        self.run.sub("outputs")
+    }
+
+    fn file_name(&self, name: &str) -> String {
+        format!("{name}.{}", self.run.id)
+    }
+
+    /// Writes output `name` from `reader`: `outputs/<name>.<run_id>`,
+    /// atomically, recorded with its bytes and sha256.
+    pub fn put(&self, name: &str, reader: &mut impl Read) -> Result<Written> {
+        fsx::check_name(name)?;
+        self.manifest()?;
+        let outputs = self.outputs()?;
+        let file = self.file_name(name);
+        let (tmp, mut f) = outputs.create_temp(&file, 0o644)?;
+        let staged = copy_and_hash(reader, &mut f).and_then(|r| f.sync_all().map(|()| r));
+        drop(f);
+        let (bytes, sha256) = match staged {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = outputs.unlink(&tmp);
+                return Err(Error::io("cannot write output", outputs.join(&file), e));
+            }
+        };
+        let result = manifest::update(&self.run.dir, true, |m| {
+            self.check_live(m)?;
+            if let Some(old) = m.output(name)
+                && old.sha256 == sha256
+                && self.on_disk_matches(&outputs, old)?
+            {
+                return Ok(Written::Unchanged(old.clone()));
+            }
+            outputs.rename(&tmp, &file)?;
+            outputs.sync()?;
+            let record = OutputRecord {
+                name: name.to_string(),
+                file: file.clone(),
+                bytes,
+                sha256: sha256.clone(),
+                written_at: manifest::format_time(SystemTime::now()),
+            };
+            m.outputs.retain(|o| o.name != name);
+            m.outputs.push(record.clone());
+            Ok(Written::New(record))
+        });
+        // Whatever happened, the temp file must not linger (after a rename
+        // it no longer exists and this is a no-op).
+        let _ = outputs.unlink(&tmp);
+        result
+    }
+
+    /// [`Guard::put`] from a byte slice.
+    pub fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<Written> {
+        self.put(name, &mut std::io::Cursor::new(bytes))
+    }
+
+    fn on_disk_matches(&self, outputs: &Dir, rec: &OutputRecord) -> Result<bool> {
+        match outputs.open_read(&rec.file)? {
+            None => Ok(false),
+            Some(mut f) => {
+                let (_, sha) = hash_reader(&mut f).ctx("cannot read", outputs.join(&rec.file))?;
+                Ok(sha == rec.sha256)
+            }
+        }
+    }
+
+    /// Opens this run's output `name` after checking its bytes against the
+    /// record; the file is positioned at its start.
+    fn open_verified(&self, name: &str) -> Result<(File, OutputRecord)> {
+        fsx::check_name(name)?;
+        let m = self.manifest()?;
+        let rec = m
+            .output(name)
+            .cloned()
+            .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: name.to_string() })?;
+        let outputs = self.outputs()?;
+        let path = outputs.join(&rec.file);
+        let Some(mut f) = outputs.open_read(&rec.file)? else {
+            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: "no file".into() });
+        };
+        let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
+        if sha != rec.sha256 {
+            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
+        }
+        f.rewind().ctx("cannot read", &path)?;
+        Ok((f, rec))
+    }
+
+    /// Copies output `name` of this run to `out`. `from` may only name this
+    /// run: reading another run's output is refused.
+    pub fn get(&self, name: &str, from: Option<&str>, out: &mut impl Write) -> Result<u64> {
+        if let Some(other) = from
+            && other != self.run.id
+        {
+            return Err(Error::CrossRunRead {
+                current: self.run.id.clone(),
+                other: other.to_string(),
+                name: name.to_string(),
+            });
+        }
+        let (mut f, rec) = self.open_verified(name)?;
+        std::io::copy(&mut f, out).ctx("cannot copy output", self.outputs()?.join(&rec.file))
+    }
+
+    /// The bytes of output `name` of this run.
+    pub fn read(&self, name: &str) -> Result<Vec<u8>> {
+        let mut v = Vec::new();
+        self.get(name, None, &mut v)?;
+        Ok(v)
+    }
+
+    /// True only if this run recorded `name` and its bytes still match.
+    pub fn has(&self, name: &str) -> Result<bool> {
+        match self.open_verified(name) {
+            Ok(_) => Ok(true),
+            Err(Error::NotProduced { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Copies output `name` of the finished run `run` into
+    /// `inputs/<run>/<name>`, and records it (with the producer run) in the
+    /// inputs and the input fingerprint.
+    pub fn import(&self, run: &str, name: &str) -> Result<InputRecord> {
+        fsx::check_name(name)?;
+        workspace::check_run_id(run)?;
+        self.manifest()?;
+        let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: name.to_string(), why };
+        if run == self.run.id {
+            return Err(refuse("a run cannot import its own output; use `runws get`".into()));
+        }
+        let producer = RunDir::open(&self.run.root, run)?;
+        let pm = manifest::read(&producer.dir)?;
+        if pm.run_id != run {
+            return Err(refuse(format!("its manifest names run `{}`", pm.run_id)));
+        }
+        if pm.status != Status::Succeeded {
+            return Err(refuse(format!(
+                "run `{run}` is {}; only a succeeded run can be imported from",
+                pm.status.as_str()
+            )));
+        }
+        let rec = pm
+            .output(name)
+            .cloned()
+            .ok_or_else(|| refuse(format!("run `{run}` did not produce `{name}`")))?;
+        let src_dir = producer.sub("outputs")?;
+        let src_path = src_dir.join(&rec.file);
+        let Some(mut src) = src_dir.open_read(&rec.file)? else {
+            return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: "no file".into() });
+        };
+        let inputs = self.run.sub("inputs")?;
+        inputs.mkdir_if_missing(run, 0o755)?;
+        let into = inputs.sub(run)?;
+        let (tmp, mut f) = into.create_temp(name, 0o644)?;
+        let copied = copy_and_hash(&mut src, &mut f).and_then(|r| f.sync_all().map(|()| r));
+        drop(f);
+        let (bytes, sha256) = match copied {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = into.unlink(&tmp);
+                return Err(Error::io("cannot import", src_path, e));
+            }
+        };
+        if sha256 != rec.sha256 {
+            let _ = into.unlink(&tmp);
+            return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: sha256 });
+        }
+        let path = format!("{run}/{name}");
+        let record = InputRecord {
+            path: path.clone(),
+            kind: "file".into(),
+            bytes,
+            sha256,
+            from_run: Some(run.to_string()),
+            from_output: Some(name.to_string()),
+        };
+        let result = manifest::update(&self.run.dir, true, |m| {
+            self.check_live(m)?;
+            into.rename(&tmp, name)?;
+            into.sync()?;
+            m.inputs.retain(|i| i.path != path);
+            m.inputs.push(record.clone());
+            m.inputs.sort_by(|a, b| a.path.cmp(&b.path));
+            m.input_fingerprint = fingerprint::combine(&m.inputs);
+            Ok(record)
+        });
+        let _ = into.unlink(&tmp);
+        result
+    }
+}
