@@ -178,7 +178,7 @@ pub struct RunArgs {
     pub cwd: Option<PathBuf>,
 
     /// The command and its arguments
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -187,10 +187,18 @@ pub struct RunArgs {
 pub fn main() -> u8 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { exit::FAILURE } else { exit::OK };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return code;
+            return exit::OK;
+        }
+        Err(e) => {
+            // One line, like every other refusal.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("runws: {first} (see `runws --help`)");
+            return exit::FAILURE;
         }
     };
     match crate::cmd::dispatch(cli) {

@@ -61,6 +61,22 @@ pub struct DirLock {
     _lock: Flock<OwnedFd>,
 }
 
+/// A file already in place whose bytes and directory entry still have to
+/// reach the disk.
+pub struct PendingSync {
+    file: File,
+    dir: Dir,
+    path: PathBuf,
+}
+
+impl PendingSync {
+    /// Syncs the file, then its directory.
+    pub fn sync(self) -> Result<()> {
+        self.file.sync_all().ctx("cannot sync", &self.path)?;
+        self.dir.sync()
+    }
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn is_symlink_errno(e: Errno) -> bool {
@@ -220,6 +236,28 @@ impl Dir {
             self.sync()?;
         }
         Ok(value)
+    }
+
+    /// Writes `name` atomically but without waiting for the disk: the temp
+    /// file is renamed into place at once (readers see old or new bytes,
+    /// never a mix) and the returned [`PendingSync`] makes it durable later.
+    /// Until then a crash may leave `name` empty; use this only where that
+    /// is as good as the file never having been written (a first write).
+    pub fn write_atomic_deferred(&self, name: &str, bytes: &[u8], mode: u32) -> Result<PendingSync> {
+        let path = self.join(name);
+        let tmp = Self::temp_name(name);
+        let mut file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", &path)?;
+        if let Err(e) = file.write_all(bytes) {
+            let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(Error::io("cannot write", path, e));
+        }
+        if let Err(e) = renameat(self.fd.as_fd(), tmp.as_str(), self.fd.as_fd(), name) {
+            let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(Error::io("cannot replace", path, e.into()));
+        }
+        let dir =
+            Dir { fd: self.fd.try_clone().ctx("cannot duplicate", &self.path)?, path: self.path.clone() };
+        Ok(PendingSync { file, dir, path })
     }
 
     /// Writes `bytes` to `name` atomically (see [`Dir::write_atomic_with`]).

@@ -222,6 +222,14 @@ pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
     dir.write_atomic(MANIFEST, &m.to_json(), 0o644, durable)
 }
 
+/// Writes the first manifest of a run: visible at once, synced in the
+/// background (see [`Dir::write_atomic_deferred`]); join the returned
+/// thread before the next write.
+pub fn write_first(dir: &Dir, m: &Manifest) -> Result<std::thread::JoinHandle<Result<()>>> {
+    let pending = dir.write_atomic_deferred(MANIFEST, &m.to_json(), 0o644)?;
+    Ok(std::thread::spawn(move || pending.sync()))
+}
+
 /// Read-modify-write under the run directory's lock. `change` sees the
 /// current manifest; when it returns an error nothing is written.
 pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {

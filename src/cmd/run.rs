@@ -149,10 +149,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         pgid: pid.as_raw(),
         start_time: procinfo::stat(pid.as_raw()).map(|s| s.start_time).unwrap_or(0),
     });
-    if let Err(e) = manifest::write(&run.dir, &m, false) {
-        paused.abandon();
-        return Err(e).with_context(|| format!("cannot record run `{id}`"));
-    }
+    // The record must exist before the command runs; reaching the disk can
+    // happen while it runs.
+    let first_sync = match manifest::write_first(&run.dir, &m) {
+        Ok(t) => t,
+        Err(e) => {
+            paused.abandon();
+            return Err(e).with_context(|| format!("cannot record run `{id}`"));
+        }
+    };
     if !args.listen {
         // The command binds these ports itself; the ledger still holds them.
         ports.close_sockets();
@@ -200,6 +205,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     if let Some(tees) = tees {
         tees.join(Duration::from_secs(2));
+    }
+    match first_sync.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("runws: warning: the first record of run `{id}` did not reach the disk: {e}"),
+        Err(_) => eprintln!("runws: warning: the first record of run `{id}` did not reach the disk"),
     }
     let outcome = outcome?;
     let code = exit_code(&outcome);

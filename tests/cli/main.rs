@@ -1,0 +1,12 @@
+//! Integration tests: every test drives the real `runws` binary.
+
+mod harness;
+
+mod bad_input;
+mod concurrency;
+mod environment;
+mod exit_codes;
+mod guard;
+mod inputs;
+mod listing;
+mod ports;
