@@ -23,17 +23,13 @@ ended it), 124 on --timeout, 125 when runws itself failed, 126 when the command 
 executed, 127 when it was not found. See the README for the codes of the other subcommands."
 )]
 pub struct Cli {
+    /// Directory holding runs/, store/ and archive/ (default: RUNWS_ROOT, else
+    /// $XDG_STATE_HOME/runws, else ~/.local/state/runws)
+    #[arg(long, value_name = "DIR", env = "RUNWS_ROOT", hide_env = true, global = true)]
+    pub root: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Where runs live: `--root`, or `RUNWS_ROOT`, else `$XDG_STATE_HOME/runws`,
-/// else `~/.local/state/runws`.
-#[derive(Debug, Args, Clone)]
-pub struct RootArg {
-    /// Directory holding runs/, store/ and archive/ [env: RUNWS_ROOT]
-    #[arg(long, value_name = "DIR", env = "RUNWS_ROOT", hide_env = true)]
-    pub root: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -57,6 +53,9 @@ Writing the same bytes again succeeds without rewriting.")]
         name: String,
         /// File to read, or `-` for standard input
         file: Option<PathBuf>,
+        /// Say on stderr what was written (or that nothing changed)
+        #[arg(short, long)]
+        verbose: bool,
     },
 
     /// Print an output of the current run (called by the command)
@@ -88,8 +87,6 @@ the producer run and sha256 in the inputs and the input fingerprint."
 
     /// List runs
     Ls {
-        #[command(flatten)]
-        root: RootArg,
         /// Only runs of this job
         #[arg(long, value_name = "JOB")]
         job: Option<String>,
@@ -99,8 +96,6 @@ the producer run and sha256 in the inputs and the input fingerprint."
 
     /// Show one run's manifest (`last` for the most recently started)
     Show {
-        #[command(flatten)]
-        root: RootArg,
         /// A run id, or `last`
         run: String,
         #[arg(long)]
@@ -110,11 +105,9 @@ the producer run and sha256 in the inputs and the input fingerprint."
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    #[command(flatten)]
-    pub root: RootArg,
-
-    /// Use this run id instead of a new UUIDv7 [env: RUNWS_RUN_ID]
-    #[arg(long, value_name = "ID", env = "RUNWS_RUN_ID", hide_env = true)]
+    /// Use this run id instead of a new UUIDv7 (also read from RUNWS_RUN_ID,
+    /// except inside a run, where that variable names the enclosing run)
+    #[arg(long, value_name = "ID")]
     pub run_id: Option<String>,
 
     /// Job name recorded in the manifest (default: the command's file name)

@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::exit;
 use crate::guard::{Guard, Written};
 
-pub fn put(name: &str, file: Option<&Path>) -> anyhow::Result<u8> {
+pub fn put(name: &str, file: Option<&Path>, verbose: bool) -> anyhow::Result<u8> {
     let guard = Guard::from_env()?;
     let written = match file {
         None => guard.put(name, &mut std::io::stdin().lock())?,
@@ -18,11 +18,13 @@ pub fn put(name: &str, file: Option<&Path>) -> anyhow::Result<u8> {
             guard.put(name, &mut f)?
         }
     };
-    let (verb, rec) = match &written {
-        Written::New(r) => ("wrote", r),
-        Written::Unchanged(r) => ("unchanged", r),
-    };
-    eprintln!("runws: {verb} {} ({} bytes, sha256:{})", rec.file, rec.bytes, rec.sha256);
+    if verbose {
+        let (verb, rec) = match &written {
+            Written::New(r) => ("wrote", r),
+            Written::Unchanged(r) => ("unchanged", r),
+        };
+        eprintln!("runws: {verb} {} ({} bytes, sha256:{})", rec.file, rec.bytes, rec.sha256);
+    }
     Ok(exit::OK)
 }
 
@@ -42,18 +44,13 @@ pub fn has(name: &str) -> anyhow::Result<u8> {
 
 pub fn import(run: &str, name: &str) -> anyhow::Result<u8> {
     let guard = Guard::from_env()?;
-    let rec = guard.import(run, name)?;
-    eprintln!("runws: imported {} from run {run} ({} bytes, sha256:{})", rec.path, rec.bytes, rec.sha256);
+    guard.import(run, name)?;
     Ok(exit::OK)
 }
 
 pub fn info(json: bool) -> anyhow::Result<u8> {
     let guard = Guard::from_env()?;
     let m = guard.manifest()?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&m)?);
-    } else {
-        super::ls::print_summary(&m, guard.dir());
-    }
+    super::ls::print_manifest(&m, guard.dir(), json)?;
     Ok(exit::OK)
 }

@@ -121,40 +121,44 @@ pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
     };
     let rd = RunDir::open(&root, &id)?;
     let m = manifest::read(&rd.dir)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&m)?);
-    } else {
-        print_summary(&m, rd.path());
-    }
+    print_manifest(&m, rd.path(), json)?;
     Ok(exit::OK)
 }
 
-/// A human summary of one run.
-pub fn print_summary(m: &Manifest, dir: &Path) {
+/// One run, as JSON or as a human summary.
+pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, m)?;
+        writeln!(out)?;
+        return out.flush();
+    }
     let now = SystemTime::now();
-    println!("run:       {}", m.run_id);
-    println!("job:       {}", m.job);
-    println!("dir:       {}", dir.display());
-    println!("command:   {}", m.argv.join(" "));
-    println!("status:    {}", shown_status(m, now));
+    writeln!(out, "run:       {}", m.run_id)?;
+    writeln!(out, "job:       {}", m.job)?;
+    writeln!(out, "dir:       {}", dir.display())?;
+    writeln!(out, "command:   {}", m.argv.join(" "))?;
+    writeln!(out, "status:    {}", shown_status(m, now))?;
     if let Some(code) = m.exit_code {
-        println!("exit:      {code}");
+        writeln!(out, "exit:      {code}")?;
     }
     if let Some(sig) = m.signal {
-        println!("signal:    {sig}");
+        writeln!(out, "signal:    {sig}")?;
     }
     if let Some(e) = &m.error {
-        println!("error:     {e}");
+        writeln!(out, "error:     {e}")?;
     }
-    println!("started:   {}", m.started_at);
+    writeln!(out, "started:   {}", m.started_at)?;
     if let Some(f) = &m.finished_at {
-        println!("finished:  {f}");
+        writeln!(out, "finished:  {f}")?;
     }
     for p in &m.ports {
-        println!("port:      {}={} ({})", p.var, p.port, p.host);
+        writeln!(out, "port:      {}={} ({})", p.var, p.port, p.host)?;
     }
-    println!("inputs:    {} ({})", m.inputs.len(), m.input_fingerprint);
+    writeln!(out, "inputs:    {} ({})", m.inputs.len(), m.input_fingerprint)?;
     for o in &m.outputs {
-        println!("output:    {} ({} bytes, sha256:{})", o.name, o.bytes, o.sha256);
+        writeln!(out, "output:    {} ({} bytes, sha256:{})", o.name, o.bytes, o.sha256)?;
     }
+    out.flush()
 }

@@ -11,15 +11,16 @@ use crate::exit;
 
 /// Runs one parsed command line; returns the exit code on success.
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let root = cli.root.as_deref();
     match cli.command {
-        Command::Run(args) => run::run(*args),
-        Command::Put { name, file } => guard::put(&name, file.as_deref()),
+        Command::Run(args) => run::run(*args, root),
+        Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
         Command::Has { name } => guard::has(&name),
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
-        Command::Ls { root, job, json } => ls::ls(root.root.as_deref(), job.as_deref(), json),
-        Command::Show { root, run, json } => ls::show(root.root.as_deref(), &run, json),
+        Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
+        Command::Show { run, json } => ls::show(root, &run, json),
     }
 }
 

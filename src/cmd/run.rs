@@ -51,6 +51,19 @@ fn job_name(args: &RunArgs) -> Result<String, Error> {
     Ok(job)
 }
 
+/// `--run-id`, else `RUNWS_RUN_ID` as a scheduler sets it. Inside a run
+/// (RUNWS_DIR set) that variable is the enclosing run's own id, so a nested
+/// `runws run` gets a new id instead of colliding with its parent.
+fn requested_run_id(args: &RunArgs) -> Option<String> {
+    if let Some(id) = &args.run_id {
+        return Some(id.clone());
+    }
+    if std::env::var_os("RUNWS_DIR").is_some() {
+        return None;
+    }
+    std::env::var_os("RUNWS_RUN_ID").map(|v| v.to_string_lossy().into_owned())
+}
+
 fn collect_grants(args: &RunArgs) -> Result<Vec<Grant>, Error> {
     let mut grants = Vec::new();
     for f in &args.env_file {
@@ -70,19 +83,19 @@ fn lossy(args: &[OsString]) -> Vec<String> {
     args.iter().map(|a| a.to_string_lossy().to_string()).collect()
 }
 
-pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     // Checks that create nothing.
-    let id = match &args.run_id {
+    let id = match requested_run_id(&args) {
         Some(id) => {
-            workspace::check_run_id(id)?;
-            id.clone()
+            workspace::check_run_id(&id)?;
+            id
         }
         None => workspace::new_run_id(),
     };
     if args.lease_ttl < Duration::from_millis(30) {
         return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
     }
-    let root = workspace::resolve_root(args.root.root.as_deref())?;
+    let root = workspace::resolve_root(root)?;
     let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
     let job = job_name(&args)?;
     let grants = collect_grants(&args)?;

@@ -51,7 +51,7 @@ fn put_is_idempotent_for_the_same_bytes_and_records_new_bytes() {
         r#"
         printf one | runws put x || exit 1
         cp "$RUNWS_DIR/manifest.json" "$TMPDIR/m1"
-        printf one | runws put x || exit 2
+        printf one | runws put -v x || exit 2
         cmp -s "$RUNWS_DIR/manifest.json" "$TMPDIR/m1" || exit 3
         printf two | runws put x || exit 4
         cmp -s "$RUNWS_DIR/manifest.json" "$TMPDIR/m1" && exit 5
@@ -163,4 +163,15 @@ fn info_shows_the_current_run() {
     assert_eq!(v["run_id"], "info-run");
     assert_eq!(v["status"], "running");
     env.sh("info-2", "runws info").ok().stdout_has("run:       info-2");
+}
+
+#[test]
+fn a_nested_run_gets_its_own_id_and_a_scheduler_id_is_honoured() {
+    let env = Env::new();
+    let out = env.sh("outer", "runws run -- sh -c 'echo inner=$RUN_ID'; echo outer=$RUN_ID");
+    out.ok().stdout_has("outer=outer");
+    assert!(!out.stdout.contains("inner=outer"), "{}", out.stdout);
+    assert_eq!(env.run_ids().len(), 2);
+    let sched = Out::from(env.cmd(&["run", "--", "sh", "-c", "echo $RUN_ID"]).env("RUNWS_RUN_ID", "cron-2026-11-30").output().unwrap());
+    sched.ok().stdout_has("cron-2026-11-30");
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Benchmarks for runws. Each section measures runws side by side with a
+# reference command in the same hyperfine invocation, and prints the ratio
+# of medians. Results go to bench/results/<section>.json and are summarised
+# by hand in BENCHMARKS.md.
+#
+#   bench/run.sh [startup|input|concurrent|all]
+#
+# Needs: hyperfine, python3, openssl; bwrap is measured when installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+section=${1:-all}
+cargo build --release --locked >/dev/null
+BIN=$PWD/target/release/runws
+RESULTS=$PWD/bench/results
+mkdir -p "$RESULTS"
+# The root lives on the same file system as the repository (not tmpfs), so
+# the manifest's fsyncs are paid as a user pays them.
+WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+ratio() { # json file, name of runws command index, name of reference index
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+data = json.load(open(sys.argv[1]))["results"]
+med = {r["command"]: statistics.median(r["times"]) for r in data}
+cmds = list(med)
+ref = cmds[int(sys.argv[3])]
+for c in cmds:
+    print(f"  median {med[c]*1000:9.3f} ms  ratio {med[c]/med[ref]:5.2f}  {c}")
+PY
+}
+
+machine() {
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), fs $(df -T "$WORK" | awk 'NR==2 {print $2}')"
+}
+
+startup() {
+  echo "== startup: runws run -- /bin/true against env -i /bin/true"
+  machine
+  local cmds=("env -i /bin/true" "$BIN run --root $WORK/root --ports 1 -- /bin/true")
+  if command -v bwrap >/dev/null; then
+    cmds+=("bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --die-with-parent /bin/true")
+  fi
+  hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup.json" "${cmds[@]}" >/dev/null
+  ratio "$RESULTS/startup.json" 1 0
+}
+
+input() {
+  echo "== input: runws run --input <1 GiB file> -- /bin/true against openssl dgst -sha256"
+  machine
+  local f=$WORK/input.bin
+  head -c 1073741824 /dev/urandom >"$f"
+  cat "$f" >/dev/null
+  hyperfine -N --warmup 1 --runs 7 --export-json "$RESULTS/input.json" \
+    --prepare "rm -rf $WORK/root-input" \
+    "openssl dgst -sha256 $f" \
+    "$BIN run --root $WORK/root-input --ports 0 --input $f -- /bin/true" >/dev/null
+  ratio "$RESULTS/input.json" 1 0
+  rm -rf "$WORK/root-input" "$f"
+}
+
+concurrent() {
+  echo "== concurrent: 200 runs started at once on $(nproc) cores"
+  machine
+  local n=200 out=$WORK/conc
+  mkdir -p "$out"
+  cat >"$WORK/many-runws.sh" <<SH
+#!/usr/bin/env bash
+rm -rf $WORK/root-conc $out/*; mkdir -p $out
+for i in \$(seq $n); do
+  $BIN run --root $WORK/root-conc -- sh -c 'echo \$RUN_ID \$PORT' >$out/\$i.out 2>&1 &
+done
+fail=0; for j in \$(jobs -p); do wait \$j || fail=1; done
+exit \$fail
+SH
+  cat >"$WORK/many-env.sh" <<SH
+#!/usr/bin/env bash
+for i in \$(seq $n); do env -i sh -c 'echo x' >/dev/null & done
+wait
+SH
+  chmod +x "$WORK/many-runws.sh" "$WORK/many-env.sh"
+  hyperfine -N --warmup 1 --runs 10 --export-json "$RESULTS/concurrent.json" \
+    "$WORK/many-env.sh" "$WORK/many-runws.sh" >/dev/null
+  ratio "$RESULTS/concurrent.json" 1 0
+  # The last round's runs: all succeeded, ids and ports all distinct.
+  "$WORK/many-runws.sh"
+  python3 - "$out" "$WORK/root-conc" <<'PY'
+import json, os, sys
+out, root = sys.argv[1], sys.argv[2]
+lines = [open(os.path.join(out, f)).read().split() for f in os.listdir(out)]
+ids = {l[0] for l in lines}; ports = {l[1] for l in lines}
+runs = os.listdir(os.path.join(root, "runs"))
+ok = sum(json.load(open(os.path.join(root, "runs", r, "manifest.json")))["status"] == "succeeded" for r in runs)
+print(f"  check: {len(lines)} runs, {len(ids)} distinct ids, {len(ports)} distinct ports, {ok} succeeded, {len(runs)} run dirs")
+assert len(lines) == len(ids) == len(ports) == ok == len(runs) == 200
+PY
+}
+
+case "$section" in
+  startup) startup ;;
+  input) input ;;
+  concurrent) concurrent ;;
+  all) startup; input; concurrent ;;
+  *) echo "unknown section $section" >&2; exit 2 ;;
+esac
