@@ -172,6 +172,11 @@ fn a_nested_run_gets_its_own_id_and_a_scheduler_id_is_honoured() {
     out.ok().stdout_has("outer=outer");
     assert!(!out.stdout.contains("inner=outer"), "{}", out.stdout);
     assert_eq!(env.run_ids().len(), 2);
-    let sched = Out::from(env.cmd(&["run", "--", "sh", "-c", "echo $RUN_ID"]).env("RUNWS_RUN_ID", "cron-2026-11-30").output().unwrap());
+    let sched = Out::from(
+        env.cmd(&["run", "--", "sh", "-c", "echo $RUN_ID"])
+            .env("RUNWS_RUN_ID", "cron-2026-11-30")
+            .output()
+            .unwrap(),
+    );
     sched.ok().stdout_has("cron-2026-11-30");
 }
