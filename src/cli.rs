@@ -79,6 +79,22 @@ the producer run and sha256 in the inputs and the input fingerprint."
     )]
     Import { run: String, name: String },
 
+    /// Record something this run created, for `reap` (called by the command)
+    #[command(
+        long_about = "Record in the manifest something the run created outside plain files of its own \
+directory, so that `runws reap` removes exactly that and nothing else: a `path` (removed only if it \
+lies inside the run directory), a git `branch` or `worktree` (of --repo, default the current \
+directory), or a process group `pgid` (signalled only while it is still that group)."
+    )]
+    Claim {
+        #[arg(value_parser = ["path", "branch", "worktree", "pgid"])]
+        kind: String,
+        value: String,
+        /// The git repository of a branch or worktree (default: the current directory)
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+    },
+
     /// Show the current run (called by the command)
     Info {
         #[arg(long)]
@@ -90,6 +106,30 @@ the producer run and sha256 in the inputs and the input fingerprint."
         /// Only runs of this job
         #[arg(long, value_name = "JOB")]
         job: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Reclaim runs nobody owns: expired leases, finished runs' scratch
+    #[command(
+        long_about = "Reclaim what nobody owns. A running run is taken over only when its lease has \
+expired and (on this host) its runws process is gone: its process group is ended, its claimed \
+worktrees, branches and paths (inside the run) removed, its scratch (home, tmp, cache, run, bin) \
+deleted, and its manifest marked `abandoned`. Finished runs lose their scratch and claims too. \
+The manifest, inputs/, outputs/, work/ and logs/ are kept as evidence. Symlinks are never \
+followed, and nothing is matched by name.",
+        after_help = "Examples:\n  runws reap --dry-run\n  runws reap --keep 30d --json"
+    )]
+    Reap {
+        /// Report what would be done; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Also remove whole finished or abandoned runs older than DUR
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+        keep: Option<std::time::Duration>,
+        /// Wait between SIGTERM and SIGKILL to a leftover process group
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
+        grace: std::time::Duration,
         #[arg(long)]
         json: bool,
     },

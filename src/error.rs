@@ -50,6 +50,9 @@ pub enum Error {
     #[error("run `{run}` is not live ({why})")]
     RunNotLive { run: String, why: String },
 
+    #[error("run `{run}` was marked {status} while its command ran; its record is left as it is")]
+    TakenOver { run: String, status: &'static str },
+
     #[error(
         "refused: run `{current}` may not read `{name}` of run `{other}`; a cross-run read must be an explicit `runws import {other} {name}`"
     )]
@@ -98,6 +101,7 @@ impl Error {
             | Error::InvalidName { .. }
             | Error::Usage(_)
             | Error::RunExists { .. }
+            | Error::TakenOver { .. }
             | Error::NoSuchRun { .. }
             | Error::Io { .. }
             | Error::ManifestMissing { .. }

@@ -304,6 +304,140 @@ impl Dir {
         Ok(DirLock { _lock: lock })
     }
 
+    /// Takes an exclusive `flock` on this directory, waiting at most `wait`;
+    /// `None` when someone else still holds it then (a stopped process).
+    pub fn lock_within(&self, wait: std::time::Duration) -> Result<Option<DirLock>> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            let dup = self.fd.try_clone().ctx("cannot lock", &self.path)?;
+            match Flock::lock(dup, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(Some(DirLock { _lock: lock })),
+                Err((_, Errno::EWOULDBLOCK)) => {}
+                Err((_, e)) => return Err(Error::io("cannot lock", &self.path, e.into())),
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Removes `name` and everything below it, like `rm -rf`, but: never
+    /// follows a symlink (a link is removed, not its target), never crosses
+    /// into another file system (a mount point inside is refused), and makes
+    /// a directory writable when its mode stops the removal. Missing is fine.
+    pub fn remove_tree(&self, name: &str) -> Result<u64> {
+        let Some(st) = self.lstat(name)? else { return Ok(0) };
+        if kind(&st) != SFlag::S_IFDIR {
+            self.unlink(name)?;
+            return Ok(1);
+        }
+        let here = fstat(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
+        self.remove_dir_tree(name, here.st_dev, 0)
+    }
+
+    fn remove_dir_tree(&self, name: &str, dev: u64, depth: usize) -> Result<u64> {
+        const MAX_DEPTH: usize = 800;
+        let path = self.join(name);
+        if depth > MAX_DEPTH {
+            return Err(Error::Other(format!(
+                "`{}` is nested more than {MAX_DEPTH} levels deep",
+                path.display()
+            )));
+        }
+        let sub = match self.sub(name) {
+            Ok(d) => d,
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::EACCES) => {
+                // A directory without read or search permission: give it back.
+                nix::sys::stat::fchmodat(
+                    self.fd.as_fd(),
+                    name,
+                    Mode::from_bits_truncate(0o700),
+                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                )
+                .ctx("cannot make writable", &path)?;
+                self.sub(name)?
+            }
+            Err(e) => return Err(e),
+        };
+        let st = fstat(sub.fd.as_fd()).ctx("cannot stat", &path)?;
+        if st.st_dev != dev {
+            return Err(Error::Other(format!(
+                "refused to remove `{}`: it is another file system mounted inside",
+                path.display()
+            )));
+        }
+        let mut removed = 0;
+        let mut made_writable = false;
+        for entry in sub.entries_raw()? {
+            let (child, is_dir) = entry;
+            let result = if is_dir == Some(true) {
+                sub.remove_dir_tree(&child, dev, depth + 1)
+            } else {
+                match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => Ok(1),
+                    Err(Errno::EISDIR) => sub.remove_dir_tree(&child, dev, depth + 1),
+                    Err(Errno::EACCES | Errno::EPERM) if !made_writable => {
+                        made_writable = true;
+                        nix::sys::stat::fchmod(sub.fd.as_fd(), Mode::from_bits_truncate(0o700))
+                            .ctx("cannot make writable", sub.path())?;
+                        match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                            Ok(()) | Err(Errno::ENOENT) => Ok(1),
+                            Err(e) => Err(Error::io("cannot remove", sub.join(&child), e.into())),
+                        }
+                    }
+                    Err(e) => Err(Error::io("cannot remove", sub.join(&child), e.into())),
+                }
+            };
+            removed += result?;
+        }
+        drop(sub);
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(removed + 1),
+            Err(Errno::EACCES | Errno::EPERM) => {
+                nix::sys::stat::fchmod(self.fd.as_fd(), Mode::from_bits_truncate(0o700))
+                    .ctx("cannot make writable", &self.path)?;
+                unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir)
+                    .ctx("cannot remove directory", &path)?;
+                Ok(removed + 1)
+            }
+            Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
+        }
+    }
+
+    /// The names in this directory with whether each is a directory (when
+    /// the file system says so without a stat), read through the open
+    /// descriptor rather than the path.
+    pub fn entries_raw(&self) -> Result<Vec<(String, Option<bool>)>> {
+        let fd = openat(
+            self.fd.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ctx("cannot list", &self.path)?;
+        let mut dir = nix::dir::Dir::from_fd(fd).ctx("cannot list", &self.path)?;
+        let mut out = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.ctx("cannot list", &self.path)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(name) else {
+                return Err(Error::Other(format!(
+                    "`{}` holds a name that is not UTF-8",
+                    self.path.display()
+                )));
+            };
+            let is_dir = entry.file_type().map(|t| t == nix::dir::Type::Directory);
+            out.push((name.to_string(), is_dir));
+        }
+        Ok(out)
+    }
+
     /// The names in this directory, except `.` and `..`.
     pub fn entries(&self) -> Result<Vec<String>> {
         let mut names = Vec::new();

@@ -30,7 +30,7 @@ use std::time::SystemTime;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::{self, copy_and_hash, hash_reader};
 use crate::fsx::{self, Dir};
-use crate::manifest::{self, InputRecord, Manifest, OutputRecord, Status};
+use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
 use crate::procinfo;
 use crate::workspace::{self, RunDir};
 
@@ -336,5 +336,57 @@ impl Guard {
         });
         let _ = into.unlink(&tmp);
         result
+    }
+
+    /// Records something this run created outside plain files of its own
+    /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`.
+    pub fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
+        let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+        let absolute = |p: &Path| cwd.join(p).display().to_string();
+        let bad = |why: &str| Error::Usage(format!("cannot claim {kind} `{}`: {why}", value.escape_debug()));
+        if value.is_empty() || value.contains('\0') {
+            return Err(bad("empty or holds NUL"));
+        }
+        let mut claim = Claim {
+            kind: kind.to_string(),
+            value: value.to_string(),
+            repo: None,
+            start_time: None,
+            claimed_at: manifest::format_time(SystemTime::now()),
+        };
+        match kind {
+            "path" => claim.value = absolute(Path::new(value)),
+            "branch" | "worktree" => {
+                if kind == "branch" && (value.starts_with('-') || value.contains("..") || value.contains(' '))
+                {
+                    return Err(bad("not a branch name"));
+                }
+                if kind == "worktree" {
+                    claim.value = absolute(Path::new(value));
+                }
+                claim.repo = Some(absolute(repo.unwrap_or(Path::new("."))));
+            }
+            "pgid" => {
+                let pgid: i32 =
+                    value.parse().ok().filter(|p| *p > 1).ok_or_else(|| bad("not a process group id"))?;
+                claim.start_time = procinfo::stat(pgid).map(|s| s.start_time);
+            }
+            _ => {
+                return Err(Error::Usage(format!(
+                    "cannot claim `{kind}`: use path, branch, worktree or pgid"
+                )));
+            }
+        }
+        manifest::update(&self.run.dir, true, |m| {
+            self.check_live(m)?;
+            if !m
+                .claims
+                .iter()
+                .any(|c| c.kind == claim.kind && c.value == claim.value && c.repo == claim.repo)
+            {
+                m.claims.push(claim.clone());
+            }
+            Ok(claim)
+        })
     }
 }

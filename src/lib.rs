@@ -17,4 +17,5 @@ pub mod guard;
 pub mod manifest;
 pub mod ports;
 pub mod procinfo;
+pub mod reap;
 pub mod workspace;

@@ -114,6 +114,38 @@ pub struct OutputRecord {
     pub written_at: String,
 }
 
+/// Something a run created that `reap` must clean up.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Claim {
+    /// `path`, `branch`, `worktree` or `pgid`.
+    pub kind: String,
+    /// An absolute path, a branch name, or a process group id.
+    pub value: String,
+    /// The git repository of a branch or worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// For a process group: its leader's start time when claimed, so a
+    /// reused id is not mistaken for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    pub claimed_at: String,
+}
+
+/// The reaper's record on a run it took over.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReapRecord {
+    pub reaped_at: String,
+    /// `host:pid` of the reaper that took the run over.
+    pub reaped_by: String,
+    /// The status the run had when it was taken over.
+    pub was: Status,
+    /// True once every teardown step succeeded.
+    pub completed: bool,
+    /// What was done, one line per step.
+    #[serde(default)]
+    pub actions: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
     pub schema: u32,
@@ -159,6 +191,13 @@ pub struct Manifest {
     #[serde(default)]
     pub fingerprint: Option<String>,
     pub outputs: Vec<OutputRecord>,
+    /// What the run made outside plain files of its own directory, recorded
+    /// by `runws claim` so that `reap` can remove exactly that.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<Claim>,
+    /// Set by `reap` when it takes the run over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reap: Option<ReapRecord>,
     /// Fields written by other versions or other parts of runws, kept as is.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -4,6 +4,8 @@
 /// Fields of `/proc/<pid>/stat` that runws uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
+    /// One letter: R, S, D, Z (zombie), T, ...
+    pub state: char,
     pub ppid: i32,
     pub pgid: i32,
     /// Clock ticks after boot at which the process started (field 22).
@@ -23,15 +25,17 @@ fn parse_stat(text: &str) -> Option<ProcStat> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): ppid is field 4, pgrp 5, starttime 22.
     Some(ProcStat {
+        state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         pgid: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
 
-/// True when `pid` is alive and is the process that started at `start_time`.
+/// True when `pid` is alive (not a zombie waiting to be reaped) and is the
+/// process that started at `start_time`.
 pub fn is_same_process(pid: i32, start_time: u64) -> bool {
-    pid > 0 && matches!(stat(pid), Some(s) if s.start_time == start_time)
+    pid > 0 && matches!(stat(pid), Some(s) if s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
 }
 
 /// True when the calling process descends from `ancestor` (which must still
@@ -76,7 +80,7 @@ mod tests {
     fn parses_names_with_parens() {
         let line = "123 (a) b (c)) S 1 77 77 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 0 0";
         let s = parse_stat(line).unwrap();
-        assert_eq!(s, ProcStat { ppid: 1, pgid: 77, start_time: 98765 });
+        assert_eq!(s, ProcStat { state: 'S', ppid: 1, pgid: 77, start_time: 98765 });
     }
 
     #[test]

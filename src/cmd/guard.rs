@@ -54,3 +54,9 @@ pub fn info(json: bool) -> anyhow::Result<u8> {
     super::ls::print_manifest(&m, guard.dir(), json)?;
     Ok(exit::OK)
 }
+
+pub fn claim(kind: &str, value: &str, repo: Option<&Path>) -> anyhow::Result<u8> {
+    let guard = Guard::from_env()?;
+    guard.claim(kind, value, repo)?;
+    Ok(exit::OK)
+}

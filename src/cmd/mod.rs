@@ -3,6 +3,7 @@
 
 pub mod guard;
 pub mod ls;
+pub mod reap;
 pub mod run;
 
 use crate::cli::{Cli, Command};
@@ -19,8 +20,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Has { name } => guard::has(&name),
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
+        Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
         Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
         Command::Show { run, json } => ls::show(root, &run, json),
+        Command::Reap { dry_run, keep, grace, json } => reap::reap(root, dry_run, keep, grace, json),
     }
 }
 

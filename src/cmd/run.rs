@@ -139,6 +139,8 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
         input_fingerprint: fingerprint::combine(&[]),
         fingerprint: args.fingerprint.clone(),
         outputs: Vec::new(),
+        claims: Vec::new(),
+        reap: None,
         extra: Default::default(),
     };
 
@@ -341,13 +343,7 @@ fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8>
 fn finish(run: &RunDir, o: Outcome, error: Option<String>) -> Result<(), Error> {
     manifest::update(&run.dir, true, |m| {
         if m.status != Status::Running {
-            return Err(Error::RunNotLive {
-                run: run.id.clone(),
-                why: format!(
-                    "it was marked {} while the command ran; its record is left as is",
-                    m.status.as_str()
-                ),
-            });
+            return Err(Error::TakenOver { run: run.id.clone(), status: m.status.as_str() });
         }
         m.status = if o.timed_out {
             Status::TimedOut

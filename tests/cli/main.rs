@@ -10,3 +10,4 @@ mod guard;
 mod inputs;
 mod listing;
 mod ports;
+mod reap;

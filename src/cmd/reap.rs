@@ -1,0 +1,46 @@
+//! `runws reap`: the reaper's command line.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::exit;
+use crate::reap::{self, Options};
+use crate::workspace;
+
+pub fn reap(
+    root: Option<&Path>,
+    dry_run: bool,
+    keep: Option<Duration>,
+    grace: Duration,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let root = workspace::resolve_root(root)?;
+    let opts = Options { dry_run, keep, grace, ..Options::default() };
+    let reports = reap::reap(&root, &opts)?;
+    let failed = reports.iter().any(|r| r.action == "failed");
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &reports)?;
+        writeln!(out)?;
+    } else {
+        for r in &reports {
+            // Quiet about runs that needed nothing.
+            if r.action == "skipped" && r.reason == "already reaped" {
+                continue;
+            }
+            writeln!(out, "{:<12} {}  ({}): {}", r.action, r.run_id, r.status, r.reason)?;
+            for s in &r.steps {
+                writeln!(out, "             - {s}")?;
+            }
+        }
+    }
+    out.flush()?;
+    if failed {
+        eprintln!(
+            "runws: some runs could not be reaped completely; run `runws reap` again or see the steps above"
+        );
+        return Ok(exit::FAILURE);
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,300 @@
+//! The reaper reclaims only what nobody owns, follows the manifest, and
+//! never leaves the run directory.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::*;
+
+fn wait_for(p: &Path) {
+    for _ in 0..500 {
+        if p.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} never appeared", p.display());
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !matches!(s.rsplit(')').next().unwrap().split_whitespace().next(), Some("Z")))
+}
+
+/// runws is killed with SIGKILL while its command (and a process group the
+/// command claimed) live on: once the lease expires, reap ends both groups,
+/// removes scratch, keeps evidence, and marks the run abandoned.
+#[test]
+fn a_run_whose_runws_was_killed_is_reaped_after_its_lease_expires() {
+    let env = Env::new();
+    let up = env.path("up");
+    let script = format!(
+        r#"printf kept | runws put result
+           setsid sh -c 'echo $$ > "$RUNWS_DIR/work/other.pid"; exec sleep 60' &
+           while [ ! -s "$RUNWS_DIR/work/other.pid" ]; do sleep 0.01; done
+           runws claim pgid "$(cat "$RUNWS_DIR/work/other.pid")"
+           echo $$ > "$RUNWS_DIR/work/child.pid"; touch '{up}'; sleep 60"#,
+        up = up.display()
+    );
+    let mut runws = env
+        .cmd(&["run", "--run-id", "dead", "--lease-ttl", "0.5", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    wait_for(&up);
+    runws.kill().unwrap();
+    runws.wait().unwrap();
+    let dir = env.run_dir("dead");
+    let child: i32 = std::fs::read_to_string(dir.join("work/child.pid")).unwrap().trim().parse().unwrap();
+    let other: i32 = std::fs::read_to_string(dir.join("work/other.pid")).unwrap().trim().parse().unwrap();
+    assert!(alive(child) && alive(other));
+    // While the lease is valid, nothing happens.
+    let out = env.run(&["reap", "--json"]);
+    out.ok();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v[0]["action"], "skipped", "{}", out.stdout);
+    assert!(alive(child));
+    std::thread::sleep(Duration::from_millis(700));
+    let out = env.run(&["reap", "--grace", "1s"]);
+    out.ok().stdout_has("reaped").stdout_has("dead");
+    assert!(!alive(child), "the command survived the reap");
+    assert!(!alive(other), "the claimed process group survived the reap");
+    for s in ["home", "tmp", "cache", "run", "bin"] {
+        assert!(!dir.join(s).exists(), "{s} was kept");
+    }
+    for e in ["manifest.json", "inputs", "outputs", "work", "logs"] {
+        assert!(dir.join(e).exists(), "{e} was removed");
+    }
+    assert_eq!(std::fs::read(dir.join("outputs/result.dead")).unwrap(), b"kept");
+    let m = env.manifest("dead");
+    assert_eq!(m["status"], "abandoned");
+    assert_eq!(m["reap"]["completed"], true);
+    assert_eq!(m["reap"]["was"], "running");
+    // Idempotent: a second reap changes nothing.
+    let before = std::fs::read(dir.join("manifest.json")).unwrap();
+    env.run(&["reap"]).ok();
+    assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), before);
+}
+
+/// A paused run is taken over; when it wakes, its guard calls and its final
+/// write are refused and the scratch is not recreated. Same host, so the
+/// run's `host` is rewritten to stand for a run on another machine sharing
+/// the root (on the same host a live runws process blocks the reap, which
+/// the next test checks).
+#[test]
+fn a_paused_run_that_wakes_after_the_reap_finds_itself_reaped() {
+    let env = Env::new();
+    let up = env.path("up");
+    let go = env.path("go");
+    let script = format!(
+        r#"touch '{up}'; while [ ! -e '{go}' ]; do sleep 0.02; done
+           printf late | '{bin}' put late; echo "put=$?" > '{res}'"#,
+        bin = BIN,
+        up = up.display(),
+        go = go.display(),
+        res = env.path("result").display()
+    );
+    let runws = env
+        .cmd(&["run", "--run-id", "paused", "--lease-ttl", "0.3", "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&up);
+    let pid = nix::unistd::Pid::from_raw(runws.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Same host: refused while the runws process is alive, even stopped.
+    env.run(&["reap"]).ok().stdout_has("refused").stdout_has("is alive");
+    let mpath = env.run_dir("paused").join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+    m["host"] = "another-host.example".into();
+    std::fs::write(&mpath, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    env.run(&["reap"]).ok().stdout_has("reaped").stdout_has("another-host.example");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = Out::from(runws.wait_with_output().unwrap());
+    out.code(125).stderr_has("marked abandoned");
+    assert_eq!(std::fs::read_to_string(env.path("result")).unwrap().trim(), "put=5");
+    let m = env.manifest("paused");
+    assert_eq!(m["status"], "abandoned");
+    assert!(m["outputs"].as_array().unwrap().is_empty());
+    assert!(!env.run_dir("paused").join("home").exists());
+}
+
+#[test]
+fn a_live_run_with_a_renewed_lease_is_never_touched() {
+    let env = Env::new();
+    let up = env.path("up");
+    let script = format!(
+        "touch '{}'; sleep 2; test -d \"$HOME\" && test -d \"$TMPDIR\" && printf ok | runws put still-here",
+        up.display()
+    );
+    let run = env
+        .cmd(&["run", "--run-id", "live", "--lease-ttl", "0.3", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    wait_for(&up);
+    // Reapers hammering the root while the run lives.
+    let reapers: Vec<_> = (0..4)
+        .map(|_| {
+            let c = env.cmd(&["reap"]);
+            std::thread::spawn(move || {
+                let mut c = c;
+                for _ in 0..15 {
+                    let out = Out::from(c.output().unwrap());
+                    out.ok();
+                    assert!(!out.stdout.contains("reaped"), "{}", out.stdout);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    for r in reapers {
+        r.join().unwrap();
+    }
+    Out::from(run.wait_with_output().unwrap()).ok();
+    assert_eq!(env.manifest("live")["status"], "succeeded");
+    assert_eq!(env.manifest("live")["outputs"][0]["name"], "still-here");
+}
+
+#[test]
+fn planted_symlinks_and_hard_trees_never_lead_outside_the_run() {
+    let env = Env::new();
+    let outside = env.path("outside");
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("deep/precious"), "keep me").unwrap();
+    std::fs::write(env.path("outside-file"), "keep me too").unwrap();
+    let script = format!(
+        r#"
+        ln -s '{o}' "$HOME/to-outside-dir"
+        ln -s '{o}/deep/precious' "$TMPDIR/to-outside-file"
+        ln -s '{o}' "$RUNWS_DIR/work/link-out"
+        mkdir -p "$TMPDIR/ro/a/b" && touch "$TMPDIR/ro/a/b/f" && chmod 0500 "$TMPDIR/ro/a/b" "$TMPDIR/ro/a"
+        mkdir -p "$TMPDIR/noperm/x" && chmod 000 "$TMPDIR/noperm"
+        d="$TMPDIR/deep"; for i in $(seq 1 150); do d="$d/d"; done; mkdir -p "$d"; touch "$d/leaf"
+        touch "$TMPDIR/$(printf 'new\nline')"
+        runws claim path "$RUNWS_DIR/work/link-out/deep"
+        runws claim path "$RUNWS_DIR/work/../../../outside-file"
+        runws claim path '{f}'
+        runws claim path "$RUNWS_DIR/outputs"
+        "#,
+        o = outside.display(),
+        f = env.path("outside-file").display()
+    );
+    env.sh("hostile", &script).ok();
+    let out = env.run(&["reap", "--json"]);
+    out.ok();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let steps = v[0]["steps"].to_string();
+    assert!(steps.contains("a symlink is on the way"), "{steps}");
+    assert!(steps.contains("outside the run directory"), "{steps}");
+    assert!(steps.contains("not a plain path inside the run"), "{steps}");
+    assert!(steps.contains("evidence is never removed"), "{steps}");
+    assert_eq!(std::fs::read_to_string(outside.join("deep/precious")).unwrap(), "keep me");
+    assert_eq!(std::fs::read_to_string(env.path("outside-file")).unwrap(), "keep me too");
+    let dir = env.run_dir("hostile");
+    assert!(!dir.join("tmp").exists() && !dir.join("home").exists());
+    assert!(dir.join("outputs").is_dir());
+    assert_eq!(env.manifest("hostile")["reap"]["completed"], true);
+}
+
+#[test]
+fn two_reapers_at_once_end_in_the_same_state() {
+    let env = Env::new();
+    for i in 0..12 {
+        env.sh(&format!("r{i}"), "mkdir -p $TMPDIR/a/b/c && touch $TMPDIR/a/b/c/f $HOME/x").ok();
+    }
+    let a = env.cmd(&["reap", "--json"]).output().unwrap();
+    let b = env.cmd(&["reap", "--json"]).output().unwrap();
+    let (a, b) = (Out::from(a), Out::from(b));
+    a.ok();
+    b.ok();
+    let c1 = env.cmd(&["reap"]).spawn().unwrap();
+    let c2 = env.cmd(&["reap"]).spawn().unwrap();
+    Out::from(c1.wait_with_output().unwrap()).ok();
+    Out::from(c2.wait_with_output().unwrap()).ok();
+    for i in 0..12 {
+        let m = env.manifest(&format!("r{i}"));
+        assert_eq!(m["status"], "succeeded");
+        assert_eq!(m["reap"]["completed"], true);
+        assert!(!env.run_dir(&format!("r{i}")).join("tmp").exists());
+    }
+}
+
+#[test]
+fn keep_removes_only_old_finished_runs_and_dry_run_changes_nothing() {
+    let env = Env::new();
+    env.sh("old", "true").ok();
+    let up = env.path("up");
+    let live = env
+        .cmd(&[
+            "run",
+            "--run-id",
+            "running",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch '{}'; sleep 1.5", up.display()),
+        ])
+        .spawn()
+        .unwrap();
+    wait_for(&up);
+    let before = tree(&env.root);
+    env.run(&["reap", "--dry-run", "--keep", "0s"]).ok().stdout_has("would-remove").stdout_has("old");
+    assert_eq!(tree(&env.root), before);
+    env.run(&["reap", "--keep", "1h"]).ok();
+    assert!(env.run_dir("old").exists());
+    env.run(&["reap", "--keep", "0s"]).ok().stdout_has("removed");
+    assert!(!env.run_dir("old").exists());
+    assert!(env.run_dir("running").join("home").exists());
+    Out::from(live.wait_with_output().unwrap()).ok();
+}
+
+#[test]
+fn an_unreadable_manifest_is_never_reaped() {
+    let env = Env::new();
+    env.sh("broken", "touch $HOME/file").ok();
+    std::fs::write(env.run_dir("broken").join("manifest.json"), "{ not json").unwrap();
+    env.run(&["reap", "--keep", "0s"]).ok().stdout_has("nothing proves who owns it");
+    assert!(env.run_dir("broken").join("home/file").exists());
+}
+
+#[test]
+fn claimed_worktrees_and_branches_are_removed() {
+    let env = Env::new();
+    let repo = env.path("repo");
+    let git = |args: &[&str]| {
+        let s = std::process::Command::new("git").arg("-C").arg(&repo).args(args).output().unwrap();
+        assert!(s.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&s.stderr));
+    };
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "init",
+    ]);
+    let script = format!(
+        r#"set -e
+           git -C '{r}' worktree add -q -b "runws/$RUN_ID" "$RUNWS_DIR/work/wt"
+           runws claim worktree "$RUNWS_DIR/work/wt" --repo '{r}'
+           runws claim branch "runws/$RUN_ID" --repo '{r}'"#,
+        r = repo.display()
+    );
+    env.sh("wt", &script).ok();
+    assert!(env.run_dir("wt").join("work/wt/.git").exists());
+    env.run(&["reap"]).ok().stdout_has("removed worktree").stdout_has("deleted branch");
+    assert!(!env.run_dir("wt").join("work/wt").exists());
+    let branches = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["branch", "--list", "runws/*"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&branches.stdout).trim().is_empty());
+}
