@@ -10,4 +10,6 @@ pub mod exit;
 pub mod fsx;
 pub mod manifest;
 pub mod procinfo;
+pub mod restore;
+pub mod seal;
 pub mod workspace;
