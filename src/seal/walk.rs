@@ -124,8 +124,11 @@ impl Packer<'_> {
             }
             let sub =
                 open_below(dir, name, OFlag::O_DIRECTORY).map_err(|e| changed_or_io(e, shown()))?;
+            // A trailing slash marks a directory entry, as GNU tar writes it.
+            let mut dir_entry = rel_bytes.clone();
+            dir_entry.push(b'/');
             self.tar
-                .append_data(&mut header, rel_path, io::empty())
+                .append_data(&mut header, OsStr::from_bytes(&dir_entry), io::empty())
                 .ctx("cannot write", self.tmp_path)?;
             for child in list(sub.as_fd(), &shown())? {
                 self.visit(sub.as_fd(), &child, rel)?;
