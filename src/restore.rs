@@ -282,4 +282,6 @@ impl Read for HashingReader<'_> {
 }
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod tests;
