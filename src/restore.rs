@@ -121,6 +121,17 @@ pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
             name,
             RenameFlags::RENAME_NOREPLACE,
         )
+        .or_else(|e| match e {
+            // Without RENAME_NOREPLACE a plain rename still refuses a file or
+            // a non-empty directory that appeared meanwhile.
+            Errno::EINVAL | Errno::ENOSYS => renameat(
+                parent_dir.borrow(),
+                staged.as_os_str(),
+                parent_dir.borrow(),
+                name,
+            ),
+            e => Err(e),
+        })
     };
     match moved {
         Ok(()) => {

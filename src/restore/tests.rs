@@ -253,3 +253,33 @@ fn unknown_compression_is_refused() {
     let err = restore(&archive, &tmp.path().join("t")).unwrap_err();
     assert!(matches!(err, Error::ArchiveFormat { .. }), "{err}");
 }
+
+#[test]
+fn archives_made_by_gnu_tar_are_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = sample_run(tmp.path());
+    // GNU tar keeps the setuid bit, which a restore refuses.
+    fs::set_permissions(run.join("work/tool"), fs::Permissions::from_mode(0o750)).unwrap();
+    let archive = tmp.path().join("gnu.tar.gz");
+    let st = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&run)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    write_sha256_file(&archive, &hex(&Sha256::digest(fs::read(&archive).unwrap()))).unwrap();
+    let target = tmp.path().join("t");
+    let report = restore(&archive, &target).unwrap();
+    assert_eq!(report.files, 6);
+    assert_eq!(
+        fs::read(target.join("work/sub/deep/data.bin")).unwrap(),
+        vec![7u8; 300_000]
+    );
+    assert_eq!(
+        fs::read_link(target.join("work/link")).unwrap(),
+        Path::new("sub/deep/data.bin")
+    );
+}
