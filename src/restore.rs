@@ -10,6 +10,10 @@
 //! the whole restore fail, and the target is left as it was: absent or
 //! empty (invariant 8).
 //!
+//! The restored directory itself is `0700`, as the staging directory was
+//! made; what is inside keeps its archived permissions, without setuid,
+//! setgid or sticky bits, and is owned by whoever restores it.
+//!
 //! Whether an archive came from quarantine is decided by where it lies (a
 //! path component named `quarantine`), never by what it contains: the
 //! caller rescans such a restore before trusting it.

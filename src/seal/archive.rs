@@ -19,7 +19,8 @@
 //! identity or privileges: uid and gid are 0 with no user or group names,
 //! permissions keep only the `rwx` bits (no setuid, setgid or sticky), and
 //! the modification time (whole seconds) is kept. A hard link in the run is
-//! packed as a separate copy of the file.
+//! packed as a separate copy of the file. The archive file itself is
+//! created `0600`: evidence is private until someone chooses to share it.
 
 use std::ffi::OsStr;
 use std::fs::File;
