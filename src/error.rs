@@ -83,6 +83,33 @@ pub enum Error {
         source: io::Error,
     },
 
+    #[error("sealing stopped at `{}`: more than {limit} {what}", path.display())]
+    PackBudget { path: PathBuf, what: &'static str, limit: u64 },
+
+    #[error("sealing ran past its deadline at `{}`", path.display())]
+    PackDeadline { path: PathBuf },
+
+    #[error("symlink `{}` -> `{target}` leaves the run directory", path.display())]
+    LinkEscapes { path: PathBuf, target: String },
+
+    #[error("`{}` changed while it was being sealed", path.display())]
+    PackChanged { path: PathBuf },
+
+    #[error("archive `{}` already exists; an archive is written once", path.display())]
+    ArchiveExists { path: PathBuf },
+
+    #[error("checksum file `{}` {why}", path.display())]
+    ChecksumFile { path: PathBuf, why: &'static str },
+
+    #[error("`{}` is neither a zstd nor a gzip archive", path.display())]
+    ArchiveFormat { path: PathBuf },
+
+    #[error("refused to restore `{}`: entry `{entry}` {why}", archive.display())]
+    ArchiveRefused { archive: PathBuf, entry: String, why: String },
+
+    #[error("cannot restore into `{}`: {why}", path.display())]
+    RestoreTarget { path: PathBuf, why: &'static str },
+
     #[error("{0}")]
     Other(String),
 }
@@ -93,7 +120,7 @@ impl Error {
         match self {
             Error::NotProduced { .. } => exit::NO,
             Error::CrossRunRead { .. } => exit::FOREIGN,
-            Error::Integrity { .. } => exit::INTEGRITY,
+            Error::Integrity { .. } | Error::ChecksumFile { .. } => exit::INTEGRITY,
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,
             Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
@@ -109,6 +136,14 @@ impl Error {
             | Error::ImportRefused { .. }
             | Error::Symlink { .. }
             | Error::SpecialFile { .. }
+            | Error::PackBudget { .. }
+            | Error::PackDeadline { .. }
+            | Error::LinkEscapes { .. }
+            | Error::PackChanged { .. }
+            | Error::ArchiveExists { .. }
+            | Error::ArchiveFormat { .. }
+            | Error::ArchiveRefused { .. }
+            | Error::RestoreTarget { .. }
             | Error::Other(_) => exit::FAILURE,
         }
     }

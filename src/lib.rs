@@ -18,4 +18,6 @@ pub mod manifest;
 pub mod ports;
 pub mod procinfo;
 pub mod reap;
+pub mod restore;
+pub mod seal;
 pub mod workspace;

@@ -1,0 +1,242 @@
+//! Verified, safe extraction of a sealed archive.
+//!
+//! An archive is read only after its bytes match `<archive>.sha256`, and the
+//! same bytes are hashed again while they are extracted, so an archive that
+//! changes between the check and the read is caught too. Extraction goes
+//! into a fresh private directory beside the target; only when every entry
+//! passed is that directory renamed into place. Anything that could write
+//! outside the target (absolute names, `..`, a path through a symlink, a
+//! link leading out, a device, a fifo, a setuid bit, a duplicate name) makes
+//! the whole restore fail, and the target is left as it was: absent or
+//! empty (invariant 8).
+//!
+//! The restored directory itself is `0700`, as the staging directory was
+//! made; what is inside keeps its archived permissions, without setuid,
+//! setgid or sticky bits, and is owned by whoever restores it.
+//!
+//! Whether an archive came from quarantine is decided by where it lies (a
+//! path component named `quarantine`), never by what it contains: the
+//! caller rescans such a restore before trusting it.
+
+mod extract;
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Component, Path};
+
+use nix::errno::Errno;
+use nix::fcntl::{RenameFlags, renameat, renameat2};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::Dir;
+use crate::seal::archive::{hex, split_parent};
+
+/// The largest checksum file read; a real one is one short line.
+const MAX_CHECKSUM_FILE: u64 = 4096;
+
+/// What a restore wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Regular files and hard links created.
+    pub files: u64,
+    /// Bytes of file content written.
+    pub bytes: u64,
+    /// The archive lies under a `quarantine` directory; its contents must be
+    /// rescanned before anyone relies on them.
+    pub from_quarantine: bool,
+}
+
+/// Recomputes the archive's sha256 and compares it with `<archive>.sha256`;
+/// returns the hex digest when they match.
+pub fn verify(archive: &Path) -> Result<String> {
+    let expected = expected_sha256(archive)?;
+    let file = File::open(archive).ctx("cannot open", archive)?;
+    check_sha256(archive, &file, &expected)?;
+    Ok(expected)
+}
+
+/// Restores `archive` into `target`, which must be absent or an empty
+/// directory. On any error `target` is left as it was.
+pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
+    let target_existed = check_target(target)?;
+    let expected = expected_sha256(archive)?;
+    // One open file serves the check and the extraction, so a rename of
+    // another file over `archive` in between changes nothing.
+    let file = File::open(archive).ctx("cannot open", archive)?;
+    check_sha256(archive, &file, &expected)?;
+    (&file).seek(SeekFrom::Start(0)).ctx("cannot read", archive)?;
+    let format = detect(archive, &file)?;
+    let from_quarantine = in_quarantine(archive);
+
+    let (parent, name) = split_parent(target)?;
+    let parent_dir = Dir::open(parent)?;
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".{}.restore-", name.to_string_lossy().chars().take(64).collect::<String>()))
+        .tempdir_in(parent)
+        .ctx("cannot create a staging directory in", parent)?;
+
+    let mut hasher = Sha256::new();
+    let extracted = {
+        let reader = HashingReader { file: &file, hasher: &mut hasher };
+        extract::extract(format, reader, staging.path(), archive)?
+    };
+    // Bytes after the end of the tar stream count too.
+    io::copy(&mut HashingReader { file: &file, hasher: &mut hasher }, &mut io::sink())
+        .ctx("cannot read", archive)?;
+    let found = hex(&hasher.finalize());
+    if found != expected {
+        return Err(Error::Integrity { path: archive.to_path_buf(), expected, found });
+    }
+    extracted.apply_dir_modes()?;
+
+    let staged = staging.path().file_name().unwrap_or_default().to_owned();
+    let moved = if target_existed {
+        // Replaces an empty directory only; a non-empty one fails with ENOTEMPTY.
+        renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name)
+    } else {
+        renameat2(
+            parent_dir.borrow(),
+            staged.as_os_str(),
+            parent_dir.borrow(),
+            name,
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .or_else(|e| match e {
+            // Without RENAME_NOREPLACE a plain rename still refuses a file or
+            // a non-empty directory that appeared meanwhile.
+            Errno::EINVAL | Errno::ENOSYS => {
+                renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name)
+            }
+            e => Err(e),
+        })
+    };
+    match moved {
+        Ok(()) => {
+            let _ = staging.keep();
+        }
+        Err(e) => {
+            extracted.reopen_dirs();
+            let why = match e {
+                Errno::EEXIST | Errno::ENOTEMPTY => "something appeared there during the restore",
+                _ => "cannot rename the staging directory into place",
+            };
+            return Err(Error::RestoreTarget { path: target.to_path_buf(), why });
+        }
+    }
+    parent_dir.sync()?;
+    Ok(RestoreReport { files: extracted.files, bytes: extracted.bytes, from_quarantine })
+}
+
+/// True when `target` exists (as an empty directory); an error when it is
+/// anything else.
+fn check_target(target: &Path) -> Result<bool> {
+    let meta = match std::fs::symlink_metadata(target) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("cannot stat", target, e)),
+    };
+    if !meta.file_type().is_dir() {
+        return Err(Error::RestoreTarget {
+            path: target.to_path_buf(),
+            why: "it exists and is not a directory",
+        });
+    }
+    let mut entries = std::fs::read_dir(target).ctx("cannot list", target)?;
+    if entries.next().is_some() {
+        return Err(Error::RestoreTarget { path: target.to_path_buf(), why: "it is not empty" });
+    }
+    Ok(true)
+}
+
+fn in_quarantine(archive: &Path) -> bool {
+    let named = |p: &Path| p.components().any(|c| c == Component::Normal("quarantine".as_ref()));
+    // A symlink elsewhere to a quarantined archive is still quarantined.
+    named(archive) || std::fs::canonicalize(archive).is_ok_and(|p| named(&p))
+}
+
+/// The digest recorded in `<archive>.sha256` (`<hex>  <name>`, as written
+/// by `sha256sum`), which must name this archive.
+fn expected_sha256(archive: &Path) -> Result<String> {
+    let (_, name) = split_parent(archive)?;
+    let mut sum_name = name.to_owned();
+    sum_name.push(".sha256");
+    let sum_path = archive.with_file_name(sum_name);
+    let bad = |why| Error::ChecksumFile { path: sum_path.clone(), why };
+    let file = match File::open(&sum_path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(bad("is missing")),
+        Err(e) => return Err(Error::io("cannot open", &sum_path, e)),
+    };
+    let mut text = String::new();
+    if file.take(MAX_CHECKSUM_FILE).read_to_string(&mut text).is_err() {
+        return Err(bad("is not text"));
+    }
+    let line = text.lines().next().unwrap_or_default();
+    let (digest, rest) = line.split_at_checked(64).ok_or_else(|| bad("does not hold `<sha256>  <name>`"))?;
+    if !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad("does not hold `<sha256>  <name>`"));
+    }
+    let listed = rest
+        .strip_prefix("  ")
+        .or_else(|| rest.strip_prefix(" *"))
+        .ok_or_else(|| bad("does not hold `<sha256>  <name>`"))?;
+    if listed.as_bytes() != name.as_encoded_bytes() {
+        return Err(bad("names another file"));
+    }
+    Ok(digest.to_ascii_lowercase())
+}
+
+fn check_sha256(archive: &Path, file: &File, expected: &str) -> Result<()> {
+    let mut hasher = Sha256::new();
+    io::copy(&mut HashingReader { file, hasher: &mut hasher }, &mut io::sink())
+        .ctx("cannot read", archive)?;
+    let found = hex(&hasher.finalize());
+    if found != expected {
+        return Err(Error::Integrity { path: archive.to_path_buf(), expected: expected.to_string(), found });
+    }
+    Ok(())
+}
+
+/// The two compressions a sealed archive may use, told apart by magic bytes.
+#[derive(Clone, Copy, Debug)]
+enum Compression {
+    Zstd,
+    Gzip,
+}
+
+fn detect(archive: &Path, mut file: &File) -> Result<Compression> {
+    let mut magic = [0u8; 4];
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..]).ctx("cannot read", archive)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    file.seek(SeekFrom::Start(0)).ctx("cannot read", archive)?;
+    match magic {
+        [0x28, 0xb5, 0x2f, 0xfd] => Ok(Compression::Zstd),
+        [0x1f, 0x8b, ..] if got >= 2 => Ok(Compression::Gzip),
+        _ => Err(Error::ArchiveFormat { path: archive.to_path_buf() }),
+    }
+}
+
+/// Reads the archive file and hashes every byte read.
+struct HashingReader<'a> {
+    file: &'a File,
+    hasher: &'a mut Sha256,
+}
+
+impl Read for HashingReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
+mod tests;

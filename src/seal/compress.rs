@@ -1,0 +1,86 @@
+//! The compressed side of a pack: zstd or gzip over a writer that hashes and
+//! counts the archive's bytes on their way to disk, so the archive never has
+//! to be read back to learn its checksum.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+
+use sha2::{Digest, Sha256};
+
+use super::archive::Format;
+
+const ZSTD_LEVEL: i32 = 3;
+const GZIP_LEVEL: u32 = 6;
+
+/// The compressed archive's bytes on their way to disk, hashed and counted.
+pub(super) struct HashingWriter {
+    pub file: File,
+    pub hasher: Sha256,
+    pub bytes: u64,
+}
+
+impl Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+pub(super) type Sink = BufWriter<HashingWriter>;
+
+pub(super) enum Compressor {
+    Zst(zstd::stream::write::Encoder<'static, Sink>),
+    Gz(flate2::write::GzEncoder<Sink>),
+}
+
+impl Compressor {
+    pub fn new(format: Format, sink: Sink) -> io::Result<Compressor> {
+        Ok(match format {
+            Format::Zst => {
+                let mut enc = zstd::stream::write::Encoder::new(sink, ZSTD_LEVEL)?;
+                enc.include_checksum(true)?;
+                // Compressing on worker threads lets the walk, the reads and the
+                // inspector run alongside; the stream stays one ordinary frame.
+                let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+                enc.multithread(workers as u32)?;
+                Compressor::Zst(enc)
+            }
+            Format::Gz => {
+                Compressor::Gz(flate2::write::GzEncoder::new(sink, flate2::Compression::new(GZIP_LEVEL)))
+            }
+        })
+    }
+
+    pub fn finish(self) -> io::Result<Sink> {
+        match self {
+            Compressor::Zst(enc) => enc.finish(),
+            Compressor::Gz(enc) => enc.finish(),
+        }
+    }
+}
+
+impl Write for Compressor {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Compressor::Zst(enc) => enc.write(buf),
+            Compressor::Gz(enc) => enc.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Compressor::Zst(enc) => enc.flush(),
+            Compressor::Gz(enc) => enc.flush(),
+        }
+    }
+}
+
+impl HashingWriter {
+    pub fn new(file: File) -> HashingWriter {
+        HashingWriter { file, hasher: Sha256::new(), bytes: 0 }
+    }
+}

@@ -1,0 +1,278 @@
+//! The walk of a pack: every entry of the run reached relative to an open
+//! directory without following a symlink, checked against the budgets, the
+//! never-packed list and the symlink rule, and appended to the tar stream
+//! with each file's bytes read exactly once.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+
+use super::archive::{Inspector, PackOptions};
+use super::compress::Compressor;
+use super::exclude::is_never_packed_name;
+use super::links;
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, Dir};
+
+/// Bytes read from a file, and handed to the inspector, at a time.
+pub(super) const CHUNK: usize = 1 << 20;
+/// Directory nesting beyond which the seal gives up rather than hold more
+/// descriptors open.
+const MAX_DEPTH: u64 = 256;
+
+pub(super) struct Packer<'a> {
+    pub root: &'a Dir,
+    pub opts: &'a PackOptions,
+    pub inspector: &'a mut dyn Inspector,
+    pub tar: tar::Builder<Compressor>,
+    pub buf: Vec<u8>,
+    pub tmp_path: &'a Path,
+    pub files: u64,
+    pub bytes: u64,
+    pub entries: u64,
+    pub excluded: Vec<String>,
+}
+
+impl Packer<'_> {
+    /// Packs the entry `name` of the directory `dir`, which sits at `rel`
+    /// (components below the run directory).
+    pub fn visit(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &mut Vec<Vec<u8>>) -> Result<()> {
+        rel.push(name.as_bytes().to_vec());
+        let result = self.visit_at(dir, name, rel);
+        rel.pop();
+        result
+    }
+
+    fn visit_at(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &mut Vec<Vec<u8>>) -> Result<()> {
+        let rel_bytes = links::join(rel);
+        let rel_path = Path::new(OsStr::from_bytes(&rel_bytes));
+        let root = self.root;
+        let shown = || root.join(rel_path);
+        if self.opts.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::PackDeadline { path: shown() });
+        }
+        let parent = rel.len().checked_sub(2).map(|i| String::from_utf8_lossy(&rel[i]));
+        if is_never_packed_name(parent.as_deref(), &name.to_string_lossy()) {
+            self.excluded.push(rel_path.to_string_lossy().into_owned());
+            return Ok(());
+        }
+        let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // An include that is absent is simply not packed.
+            Err(Errno::ENOENT) if rel.len() == 1 => return Ok(()),
+            Err(Errno::ENOENT) => return Err(Error::PackChanged { path: shown() }),
+            Err(e) => return Err(Error::io("cannot stat", shown(), e.into())),
+        };
+        let kind = fsx::kind(&st);
+        if kind != SFlag::S_IFREG && kind != SFlag::S_IFDIR && kind != SFlag::S_IFLNK {
+            return Err(Error::SpecialFile { path: shown() });
+        }
+        self.entries += 1;
+        if self.entries > self.opts.max_files {
+            return Err(Error::PackBudget { path: shown(), what: "entries", limit: self.opts.max_files });
+        }
+        let mut header = header_for(&st, kind);
+        if kind == SFlag::S_IFLNK {
+            let target = readlinkat(dir, name).ctx("cannot read symlink", shown())?;
+            let root_fd = root.borrow();
+            let inside = links::stays_inside(&rel[..rel.len() - 1], target.as_bytes(), |p| {
+                read_link_below(root_fd, &links::join(p))
+            });
+            if !inside {
+                return Err(Error::LinkEscapes {
+                    path: shown(),
+                    target: target.to_string_lossy().into_owned(),
+                });
+            }
+            return self.tar.append_link(&mut header, rel_path, &target).ctx("cannot write", self.tmp_path);
+        }
+        if kind == SFlag::S_IFDIR {
+            if rel.len() as u64 > MAX_DEPTH {
+                return Err(Error::PackBudget { path: shown(), what: "directory levels", limit: MAX_DEPTH });
+            }
+            let sub = open_below(dir, name, OFlag::O_DIRECTORY).map_err(|e| changed_or_io(e, shown()))?;
+            // A trailing slash marks a directory entry, as GNU tar writes it.
+            let mut dir_entry = rel_bytes.clone();
+            dir_entry.push(b'/');
+            self.tar
+                .append_data(&mut header, OsStr::from_bytes(&dir_entry), io::empty())
+                .ctx("cannot write", self.tmp_path)?;
+            for child in list(sub.as_fd(), &shown())? {
+                self.visit(sub.as_fd(), &child, rel)?;
+            }
+            return Ok(());
+        }
+        self.pack_file(dir, name, &mut header, rel_path)
+    }
+
+    fn pack_file(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        header: &mut tar::Header,
+        rel_path: &Path,
+    ) -> Result<()> {
+        let path = self.root.join(rel_path);
+        // O_NONBLOCK keeps a fifo swapped in after the stat from blocking the
+        // open; it changes nothing for the regular file checked just below.
+        let fd = open_below(dir, name, OFlag::O_NONBLOCK).map_err(|e| changed_or_io(e, path.clone()))?;
+        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        if fsx::kind(&st) != SFlag::S_IFREG {
+            return Err(Error::PackChanged { path });
+        }
+        let size = st.st_size.max(0) as u64;
+        if self.bytes.saturating_add(size) > self.opts.max_bytes {
+            return Err(Error::PackBudget {
+                path,
+                what: "bytes of file content",
+                limit: self.opts.max_bytes,
+            });
+        }
+        header.set_size(size);
+        let rel = rel_path.to_string_lossy();
+        self.inspector.begin_file(&rel);
+        let mut tee = Tee {
+            file: File::from(fd),
+            left: size,
+            buf: &mut self.buf,
+            pos: 0,
+            len: 0,
+            inspector: &mut *self.inspector,
+            deadline: self.opts.deadline,
+            path: &path,
+            failure: None,
+        };
+        let appended = self.tar.append_data(header, rel_path, &mut tee);
+        if let Some(failure) = tee.failure.take() {
+            return Err(failure);
+        }
+        appended.ctx("cannot write", self.tmp_path)?;
+        // A file still growing would be packed cut short; say so instead.
+        let mut probe = [0u8; 1];
+        if tee.file.read(&mut probe).ctx("cannot read", &path)? != 0 {
+            return Err(Error::PackChanged { path });
+        }
+        self.inspector.end_file();
+        self.files += 1;
+        self.bytes += size;
+        Ok(())
+    }
+}
+
+/// Serves one file's bytes to the tar builder from a large buffer, handing
+/// each buffer-full to the inspector, and insists on exactly `left` bytes.
+struct Tee<'a> {
+    file: File,
+    left: u64,
+    buf: &'a mut [u8],
+    pos: usize,
+    len: usize,
+    inspector: &'a mut dyn Inspector,
+    deadline: Option<Instant>,
+    path: &'a Path,
+    failure: Option<Error>,
+}
+
+impl Tee<'_> {
+    fn fail(&mut self, e: Error) -> io::Error {
+        let msg = e.to_string();
+        self.failure = Some(e);
+        io::Error::other(msg)
+    }
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.len {
+            if self.left == 0 {
+                return Ok(0);
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.fail(Error::PackDeadline { path: self.path.to_path_buf() }));
+            }
+            let want = self.buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+            let n = loop {
+                match self.file.read(&mut self.buf[..want]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(self.fail(Error::io("cannot read", self.path, e))),
+                }
+            };
+            if n == 0 {
+                return Err(self.fail(Error::PackChanged { path: self.path.to_path_buf() }));
+            }
+            self.inspector.chunk(&self.buf[..n]);
+            self.left -= n as u64;
+            self.pos = 0;
+            self.len = n;
+        }
+        let n = out.len().min(self.len - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+fn header_for(st: &FileStat, kind: SFlag) -> tar::Header {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(match kind {
+        SFlag::S_IFDIR => tar::EntryType::Directory,
+        SFlag::S_IFLNK => tar::EntryType::Symlink,
+        _ => tar::EntryType::Regular,
+    });
+    header.set_size(0);
+    header.set_mode(if kind == SFlag::S_IFLNK { 0o777 } else { st.st_mode & 0o777 });
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(st.st_mtime.max(0) as u64);
+    header
+}
+
+fn open_below(dir: BorrowedFd<'_>, name: &OsStr, extra: OFlag) -> nix::Result<OwnedFd> {
+    openat(dir, name, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | extra, Mode::empty())
+}
+
+/// What used to be a file or directory is now a symlink, a different type,
+/// or gone: the run changed under the seal.
+fn changed_or_io(e: Errno, path: PathBuf) -> Error {
+    match e {
+        Errno::ELOOP | Errno::ENOTDIR | Errno::ENOENT | Errno::ENXIO => Error::PackChanged { path },
+        e => Error::io("cannot open", path, e.into()),
+    }
+}
+
+/// The target of the symlink at `rel` below `root`, if one is there.
+/// `links::stays_inside` expands symlinks before descending, so the
+/// directories on the way are real ones.
+fn read_link_below(root: BorrowedFd<'_>, rel: &[u8]) -> Option<Vec<u8>> {
+    let rel = OsStr::from_bytes(rel);
+    let st = fstatat(root, rel, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    if fsx::kind(&st) != SFlag::S_IFLNK {
+        return None;
+    }
+    // A link that cannot be read is treated as leading nowhere safe.
+    Some(readlinkat(root, rel).map_or_else(|_| b"/".to_vec(), |t| t.as_bytes().to_vec()))
+}
+
+/// The names in the open directory `fd`, byte-sorted. Listing through
+/// `/proc/self/fd` reads the directory already open, not whatever is at its
+/// path now; without `/proc` the path is listed, and every entry is still
+/// opened relative to `fd`.
+fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>> {
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let entries = std::fs::read_dir(&by_fd).or_else(|_| std::fs::read_dir(path)).ctx("cannot list", path)?;
+    let mut names = Vec::new();
+    for entry in entries {
+        names.push(entry.ctx("cannot list", path)?.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
