@@ -134,6 +134,52 @@ followed, and nothing is matched by name.",
         json: bool,
     },
 
+    /// Seal a finished run into a checksummed archive, after a secret scan
+    #[command(
+        long_about = "Pack the run's evidence (manifest.json, inputs/, outputs/, work/, logs/; home/ and \
+cache/ with --include) into DIR/<run_id>.tar.zst (default DIR: ROOT/archive/<job>), with a \
+sha256sum-style checksum file and a receipt beside it. Never packed: .env and .env.*, *.pem, \
+*id_rsa*, *id_ed25519*, kubeconfig, credentials.json, .netrc, .git-credentials, .ssh/, \
+.docker/config.json, .npmrc, .pypirc. Every packed byte is scanned for secrets in the same read. \
+When the scan finds something, or a budget, an I/O error or the deadline stops the seal, the same \
+evidence is saved unscanned under DIR/quarantine/ instead, and runws exits 80; 81 when that failed \
+too.",
+        after_help = "Examples:\n  runws seal last\n  runws seal 01a2... --to /backups/nightly --format gz"
+    )]
+    Seal {
+        /// A run id, or `last`
+        run: String,
+        #[command(flatten)]
+        opts: SealArgs,
+    },
+
+    /// Scan files for secrets (the seal's scan, alone)
+    #[command(long_about = "Scan files and directories (symlinks inside are not followed) with the rules \
+the seal uses. Each finding is printed as path:line:rule with the secret redacted. Exit 0 when \
+nothing is found, 82 when something is.")]
+    Scan {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Check an archive against its .sha256 file
+    Verify { archive: PathBuf },
+
+    /// Verify an archive, then extract it safely into a new or empty directory
+    #[command(long_about = "Verify ARCHIVE against ARCHIVE.sha256, then extract it into DIR, which must be \
+new or empty. Refused (and DIR left empty): absolute names, `..`, names through a symlink, links \
+pointing outside DIR, duplicates, devices, fifos, setuid bits. An archive from an ordinary location \
+is scanned for secrets after extraction and refused if anything is found; only an archive whose \
+path is under a `quarantine/` directory skips that scan.")]
+    Restore {
+        archive: PathBuf,
+        /// Directory to extract into (must not exist, or be empty)
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+    },
+
     /// Show one run's manifest (`last` for the most recently started)
     Show {
         /// A run id, or `last`
@@ -141,6 +187,29 @@ followed, and nothing is matched by name.",
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Options of a seal, for `runws seal` and `runws run --seal`.
+#[derive(Debug, Args, Clone)]
+pub struct SealArgs {
+    /// Directory for the archive (default: ROOT/archive/<job>)
+    #[arg(long = "to", value_name = "DIR", id = "seal_to")]
+    pub to: Option<PathBuf>,
+    /// Archive format
+    #[arg(long, value_name = "FMT", default_value = "zst", value_parser = ["zst", "gz"])]
+    pub format: String,
+    /// Also pack a scratch directory: home or cache (repeatable)
+    #[arg(long = "include", value_name = "DIR")]
+    pub include: Vec<String>,
+    /// Most bytes of file content to pack
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::duration::parse_size)]
+    pub max_bytes: u64,
+    /// Most entries to pack
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    pub max_files: u64,
+    /// Time for the seal and, if it fails, the quarantine together
+    #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse)]
+    pub deadline: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +278,13 @@ pub struct RunArgs {
     /// The command's working directory (default: the run's work/)
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+
+    /// Seal the run after the command exits (see `runws seal --help`)
+    #[arg(long)]
+    pub seal: bool,
+
+    #[command(flatten)]
+    pub seal_opts: SealArgs,
 
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]

@@ -73,6 +73,9 @@ pub enum Error {
     #[error("`{}` is not a regular file or directory", path.display())]
     SpecialFile { path: PathBuf },
 
+    #[error("refused: the secret scan found {count} secret(s) in {what}")]
+    SecretsFound { what: String, count: usize },
+
     #[error("command not found: `{0}`")]
     CommandNotFound(String),
 
@@ -123,6 +126,7 @@ impl Error {
             Error::Integrity { .. } | Error::ChecksumFile { .. } => exit::INTEGRITY,
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,
+            Error::SecretsFound { .. } => exit::SECRETS_FOUND,
             Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }

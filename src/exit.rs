@@ -26,6 +26,9 @@ pub const STALE_FENCE: u8 = 76;
 pub const QUARANTINED: u8 = 80;
 /// The seal failed and the quarantine failed too: nothing was saved.
 pub const NOTHING_SAVED: u8 = 81;
+/// The secret scan found something (`scan`, and `restore` of an archive
+/// from an ordinary location).
+pub const SECRETS_FOUND: u8 = 82;
 /// The command ran out of time (`--timeout`), as `timeout` does.
 pub const TIMED_OUT: u8 = 124;
 /// runws itself failed, or was used wrongly; the command did not run or its

@@ -108,17 +108,18 @@ pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<
     Ok(exit::OK)
 }
 
+/// The most recently started run.
+pub fn last_run(root: &Path) -> Result<String, Error> {
+    rows(root, None)?
+        .into_iter()
+        .rfind(|r| r.started_at.is_some())
+        .map(|r| r.run_id)
+        .ok_or_else(|| Error::Other(format!("no runs under `{}`", root.display())))
+}
+
 pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let id = if run == "last" {
-        rows(&root, None)?
-            .into_iter()
-            .rfind(|r| r.started_at.is_some())
-            .map(|r| r.run_id)
-            .ok_or_else(|| Error::Other(format!("no runs under `{}`", root.display())))?
-    } else {
-        run.to_string()
-    };
+    let id = if run == "last" { last_run(&root)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
     let m = manifest::read(&rd.dir)?;
     print_manifest(&m, rd.path(), json)?;

@@ -5,6 +5,7 @@ pub mod guard;
 pub mod ls;
 pub mod reap;
 pub mod run;
+pub mod seal;
 
 use crate::cli::{Cli, Command};
 use crate::error::Error;
@@ -23,6 +24,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
         Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
         Command::Show { run, json } => ls::show(root, &run, json),
+        Command::Seal { run, opts } => seal::seal(root, &run, &opts),
+        Command::Scan { paths, json } => seal::scan(&paths, json),
+        Command::Verify { archive } => seal::verify(&archive),
+        Command::Restore { archive, to } => seal::restore(&archive, &to),
         Command::Reap { dry_run, keep, grace, json } => reap::reap(root, dry_run, keep, grace, json),
     }
 }

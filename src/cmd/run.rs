@@ -230,6 +230,14 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     let code = exit_code(&outcome);
     finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
+    if args.seal {
+        // The command's own failure is the one a caller must see first; the
+        // seal's outcome is on stderr and in the manifest either way.
+        let sealed = super::seal::seal_run(&run, &super::seal::options(&args.seal_opts))?;
+        if code == exit::OK {
+            return Ok(sealed);
+        }
+    }
     Ok(code)
 }
 

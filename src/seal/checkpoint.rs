@@ -1,0 +1,347 @@
+//! The checkpoint of a finished run: seal it, or quarantine it, or say
+//! loudly that nothing was saved.
+//!
+//! A seal packs the run's evidence once, showing every byte to the secret
+//! scanner in the same read. The archive is written under a staging name
+//! and only takes its real name when the pack succeeded and the scan found
+//! nothing, so an archive holding a secret never appears in the ordinary
+//! location. When the seal fails (a finding, an I/O error, a budget, the
+//! deadline) the work is not thrown away: the same evidence is packed
+//! without the scan (the never-packed names are still left out) under
+//! `quarantine/`, in what is left of the deadline. The manifest records the
+//! checkpoint with the precedence receipt, then quarantine, then nothing;
+//! a run with nothing saved is held from `reap --keep`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+use super::archive::{self, Format, Inspector, NoInspection, PackOptions, PackReport};
+use super::scan::{FileScan, Finding, Scanner};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{self, Dir};
+use crate::manifest::{self, Status};
+use crate::workspace::RunDir;
+
+/// What the user asked the seal to do.
+#[derive(Debug, Clone)]
+pub struct SealOptions {
+    /// Where archives go (default `ROOT/archive/<job>`).
+    pub to: Option<PathBuf>,
+    pub format: Format,
+    /// Scratch directories to pack as well (`home`, `cache`).
+    pub include: Vec<String>,
+    pub max_bytes: u64,
+    pub max_files: u64,
+    pub deadline: Duration,
+}
+
+impl Default for SealOptions {
+    fn default() -> SealOptions {
+        SealOptions {
+            to: None,
+            format: Format::Zst,
+            include: Vec::new(),
+            max_bytes: 256 << 20,
+            max_files: 50_000,
+            deadline: Duration::from_secs(90),
+        }
+    }
+}
+
+/// How the checkpoint ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checkpoint {
+    /// `receipt` (sealed and scanned), `quarantine`, or `none`.
+    pub source: &'static str,
+    pub archive: Option<PathBuf>,
+    pub archive_sha256: Option<String>,
+    pub receipt: Option<PathBuf>,
+    /// Why the seal failed, when it did.
+    pub reason: Option<String>,
+    /// The scan's findings, redacted.
+    pub findings: Vec<String>,
+    pub at: String,
+}
+
+/// The scanner as the pack's inspector: one streaming scan per file.
+struct ScanInspector<'s> {
+    scanner: &'s Scanner,
+    current: Option<FileScan<'s>>,
+    findings: Vec<Finding>,
+}
+
+impl Inspector for ScanInspector<'_> {
+    fn begin_file(&mut self, rel: &str) {
+        self.current = Some(self.scanner.file(rel));
+    }
+    fn chunk(&mut self, data: &[u8]) {
+        if let Some(f) = self.current.as_mut() {
+            f.feed(data);
+        }
+    }
+    fn end_file(&mut self) {
+        if let Some(f) = self.current.take() {
+            self.findings.extend(f.finish());
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Receipt<'a> {
+    schema: u32,
+    run_id: &'a str,
+    job: &'a str,
+    source: &'static str,
+    archive: String,
+    archive_sha256: &'a str,
+    archive_bytes: u64,
+    format: &'static str,
+    files: u64,
+    bytes: u64,
+    scan: ScanResult,
+    excluded: &'a [String],
+    reason: Option<&'a str>,
+    sealed_at: String,
+}
+
+#[derive(Serialize)]
+struct ScanResult {
+    /// `clean`, or `skipped` for a quarantine.
+    result: &'static str,
+    rules: usize,
+    findings: Vec<String>,
+}
+
+fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::Zst => "zst",
+        Format::Gz => "gz",
+    }
+}
+
+/// The evidence a seal packs, then the scratch directories asked for.
+fn include_list(extra: &[String]) -> Result<Vec<String>> {
+    let mut names: Vec<String> =
+        ["manifest.json", "inputs", "outputs", "work", "logs"].iter().map(|s| s.to_string()).collect();
+    for e in extra {
+        match e.as_str() {
+            "home" | "cache" => {
+                if !names.contains(e) {
+                    names.push(e.clone());
+                }
+            }
+            other => return Err(Error::Usage(format!("--include takes home or cache, not `{other}`"))),
+        }
+    }
+    Ok(names)
+}
+
+/// Seals `run`: an archive in the ordinary location when the pack succeeds
+/// and the scan is clean; otherwise a quarantine archive; otherwise nothing.
+/// The manifest records which.
+pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
+    let started = Instant::now();
+    let deadline = started + opts.deadline;
+    let m = manifest::read(&run.dir)?;
+    if m.status == Status::Running {
+        return Err(Error::Usage(format!(
+            "run `{}` is still running; seal it after it ends (or use `runws run --seal`)",
+            run.id
+        )));
+    }
+    let dir = match &opts.to {
+        Some(d) => d.clone(),
+        None => run.root.join("archive").join(&m.job),
+    };
+    std::fs::create_dir_all(&dir).ctx("cannot create", &dir)?;
+    let ext = opts.format.extension();
+    let name = format!("{}.{ext}", run.id);
+    let final_path = dir.join(&name);
+    if final_path.exists() {
+        return Err(Error::Usage(format!("`{}` already exists: run `{}` is sealed", final_path.display(), run.id)));
+    }
+    let pack_opts = PackOptions {
+        format: opts.format,
+        max_bytes: opts.max_bytes,
+        max_files: opts.max_files,
+        deadline: Some(deadline),
+        include: include_list(&opts.include)?,
+    };
+
+    // The seal proper: staged, scanned, renamed into place only when clean.
+    let scanner = Scanner::new();
+    let staging = dir.join(format!(".{name}.sealing"));
+    let _ = std::fs::remove_file(&staging);
+    let mut inspector = ScanInspector { scanner: &scanner, current: None, findings: Vec::new() };
+    let failure = match archive::pack(run.path(), &staging, &pack_opts, &mut inspector) {
+        Ok(report) if inspector.findings.is_empty() => {
+            match publish(&dir, &staging, &final_path, &report, run, &m.job, "receipt", None, &pack_opts, scanner_rules()) {
+                Ok(cp) => return record(run, cp),
+                Err(e) => e.to_string(),
+            }
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(&staging);
+            format!("the secret scan found {} secret(s)", inspector.findings.len())
+        }
+        Err(e) => e.to_string(),
+    };
+    let findings: Vec<String> = inspector.findings.iter().map(|f| f.to_string()).collect();
+
+    // The quarantine: the same evidence, unscanned, in what time is left.
+    let qdir = dir.join("quarantine");
+    let quarantined = (|| -> Result<Checkpoint> {
+        std::fs::create_dir_all(&qdir).ctx("cannot create", &qdir)?;
+        if Instant::now() >= deadline {
+            return Err(Error::Other("no time left before the deadline".into()));
+        }
+        // An earlier quarantine of this run is kept: a new one gets a new name.
+        let mut qpath = qdir.join(&name);
+        let mut n = 1;
+        while qpath.exists() {
+            qpath = qdir.join(format!("{}.{n}.{ext}", run.id));
+            n += 1;
+        }
+        let report = archive::pack(run.path(), &qpath, &pack_opts, &mut NoInspection)?;
+        let receipt = receipt_path(&qpath);
+        write_receipt(&receipt, &report, run, &m.job, "quarantine", Some(&failure), &findings, &pack_opts, 0)?;
+        archive::write_sha256_file(&qpath, &report.archive_sha256)?;
+        Ok(Checkpoint {
+            source: "quarantine",
+            archive: Some(qpath.clone()),
+            archive_sha256: Some(report.archive_sha256),
+            receipt: Some(receipt),
+            reason: Some(failure.clone()),
+            findings: findings.clone(),
+            at: manifest::format_time(SystemTime::now()),
+        })
+    })();
+    match quarantined {
+        Ok(cp) => record(run, cp),
+        Err(qe) => {
+            let cp = Checkpoint {
+                source: "none",
+                archive: None,
+                archive_sha256: None,
+                receipt: None,
+                reason: Some(format!("{failure}; the quarantine failed too: {qe}")),
+                findings,
+                at: manifest::format_time(SystemTime::now()),
+            };
+            record(run, cp)
+        }
+    }
+}
+
+fn scanner_rules() -> usize {
+    Scanner::rules().len()
+}
+
+fn receipt_path(archive: &Path) -> PathBuf {
+    let name = archive.file_name().and_then(|n| n.to_str()).unwrap_or("archive");
+    let stem = name.strip_suffix(".tar.zst").or_else(|| name.strip_suffix(".tar.gz")).unwrap_or(name);
+    archive.with_file_name(format!("{stem}.receipt.json"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_receipt(
+    path: &Path,
+    report: &PackReport,
+    run: &RunDir,
+    job: &str,
+    source: &'static str,
+    reason: Option<&str>,
+    findings: &[String],
+    opts: &PackOptions,
+    rules: usize,
+) -> Result<()> {
+    let receipt = Receipt {
+        schema: 1,
+        run_id: &run.id,
+        job,
+        source,
+        archive: report.archive_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        archive_sha256: &report.archive_sha256,
+        archive_bytes: report.archive_bytes,
+        format: format_name(opts.format),
+        files: report.files,
+        bytes: report.bytes,
+        scan: ScanResult {
+            result: if source == "receipt" { "clean" } else { "skipped" },
+            rules,
+            findings: findings.to_vec(),
+        },
+        excluded: &report.excluded,
+        reason,
+        sealed_at: manifest::format_time(SystemTime::now()),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&receipt).map_err(|e| Error::Other(e.to_string()))?;
+    bytes.push(b'\n');
+    let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().and_then(|n| n.to_str()).unwrap_or("receipt.json"));
+    Dir::open(dir)?.write_atomic(name, &bytes, 0o644, true)
+}
+
+/// Moves a clean staged archive to its real name, with its checksum file
+/// and receipt beside it.
+#[allow(clippy::too_many_arguments)]
+fn publish(
+    dir: &Path,
+    staging: &Path,
+    final_path: &Path,
+    report: &PackReport,
+    run: &RunDir,
+    job: &str,
+    source: &'static str,
+    reason: Option<&str>,
+    opts: &PackOptions,
+    rules: usize,
+) -> Result<Checkpoint> {
+    let d = Dir::open(dir)?;
+    let staged = staging.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let name = final_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    fsx::check_name(name)?;
+    d.rename(staged, name)?;
+    d.sync()?;
+    let mut report = report.clone();
+    report.archive_path = final_path.to_path_buf();
+    let receipt = receipt_path(final_path);
+    let written = write_receipt(&receipt, &report, run, job, source, reason, &[], opts, rules)
+        .and_then(|()| archive::write_sha256_file(final_path, &report.archive_sha256));
+    if let Err(e) = written {
+        // A seal is never reported on a partial result.
+        let _ = d.unlink(name);
+        let _ = std::fs::remove_file(&receipt);
+        return Err(e);
+    }
+    Ok(Checkpoint {
+        source,
+        archive: Some(final_path.to_path_buf()),
+        archive_sha256: Some(report.archive_sha256.clone()),
+        receipt: Some(receipt),
+        reason: None,
+        findings: Vec::new(),
+        at: manifest::format_time(SystemTime::now()),
+    })
+}
+
+/// Records the checkpoint in the manifest; a run with nothing saved is held.
+fn record(run: &RunDir, cp: Checkpoint) -> Result<Checkpoint> {
+    let value = serde_json::to_value(&cp).map_err(|e| Error::Other(e.to_string()))?;
+    manifest::update(&run.dir, true, |m| {
+        // Precedence: a receipt is never replaced by a quarantine or nothing.
+        let current = m.extra.get("checkpoint").and_then(|c| c.get("source")).and_then(|s| s.as_str());
+        let rank = |s: Option<&str>| match s {
+            Some("receipt") => 2,
+            Some("quarantine") => 1,
+            _ => 0,
+        };
+        if rank(current) <= rank(Some(cp.source)) {
+            m.extra.insert("checkpoint".into(), value.clone());
+        }
+        m.extra.insert("held".into(), serde_json::Value::Bool(cp.source == "none" && rank(current) == 0));
+        Ok(())
+    })?;
+    Ok(cp)
+}
