@@ -4,10 +4,11 @@
 //! below hold the mechanisms, and [`guard`] is the public API a child uses
 //! from Rust.
 
-pub mod error;
 pub mod duration;
+pub mod error;
 pub mod exit;
 pub mod fsx;
 pub mod manifest;
 pub mod procinfo;
+pub mod seal;
 pub mod workspace;

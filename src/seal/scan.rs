@@ -1,0 +1,488 @@
+//! The offline secret scan a seal runs before it archives a run.
+//!
+//! An archive outlives the run and travels further than its workspace did, so
+//! a credential a command printed into a log or left in an output must be
+//! caught before the seal, not found later in a copy. This module finds the
+//! well-known token formats and secret-looking assignments in arbitrary
+//! bytes, offline, and reports where they are without ever repeating them.
+//!
+//! # Guarantees
+//! - A [`Finding`] names `path:line:rule` and carries a redaction that keeps
+//!   at most the first four characters of the secret (the public prefix of a
+//!   token format, such as `ghp_…`) or none at all (`****`) for values found
+//!   only by their name; the secret itself is never stored or printed.
+//! - Findings do not depend on how a file is cut into chunks:
+//!   [`FileScan::feed`] with any chunking gives exactly what a scan of the
+//!   whole file gives, including for a secret split across two chunks.
+//! - Memory stays bounded on any input: a line longer than 64 KiB (minified
+//!   code, binary data) is scanned in 64 KiB windows that overlap by 4 KiB,
+//!   cut at fixed offsets from the line start. A match up to 4 KiB long is
+//!   found once whatever the cuts; longer ones may be missed on such lines.
+//! - Files are bytes, not text: binary and non-UTF-8 data is scanned as is.
+//! - The common case is cheap: one Aho-Corasick pass over the data finds the
+//!   rules' keywords and a rule's regex runs only on lines (or windows) where
+//!   one of its keywords occurs.
+//!
+//! # Rules
+//! - `aws-access-key-id`: `AKIA` or `ASIA` and 16 base32 characters.
+//! - `aws-secret-access-key`: exactly 40 base64 characters assigned to a name
+//!   like `aws_secret_access_key` or `SecretAccessKey`; must also pass the
+//!   randomness test below.
+//! - `github-token`: `ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_` and 36 or more
+//!   alphanumerics.
+//! - `github-fine-grained-pat`: `github_pat_`, 22 alphanumerics, `_`, 59 more.
+//! - `gitlab-token`: `glpat-` and 20 or more of `[A-Za-z0-9_-]`.
+//! - `slack-token`: `xoxa-`, `xoxb-`, `xoxp-`, `xoxo-`, `xoxs-`, `xoxr-`, one
+//!   to three numeric fields and an alphanumeric tail.
+//! - `slack-webhook`: `hooks.slack.com/services/…` (also `workflows`,
+//!   `triggers`).
+//! - `private-key`: the line that opens a private key block, `-----BEGIN`,
+//!   an optional type (RSA, EC, DSA, OPENSSH, ENCRYPTED, PGP …), `PRIVATE
+//!   KEY-----` or `PRIVATE KEY BLOCK-----`. The opening line is evidence
+//!   enough; the body is not inspected.
+//! - `stripe-key`: `sk_live_`, `rk_live_`, and also `sk_test_`, `rk_test_`:
+//!   a test-mode key still authenticates as the account and reads its test
+//!   data, so it does not belong in an archive either. Publishable keys
+//!   (`pk_…`) are public by design and not reported.
+//! - `google-api-key`: `AIza` and 35 characters.
+//! - `npm-token`: `npm_` and 36 alphanumerics.
+//! - `pypi-token`: the `pypi-AgEIcHlwaS5vcmc` macaroon prefix and 50 or more
+//!   characters.
+//! - `openai-api-key`: `sk-proj-`, `sk-svcacct-`, `sk-admin-` keys, and
+//!   legacy `sk-` keys that carry the `T3BlbkFJ` marker.
+//! - `anthropic-api-key`: `sk-ant-`, a versioned kind such as `api03`, and
+//!   80 or more characters.
+//! - `jwt`: three base64url segments, the first starting `eyJ` and the second
+//!   `ey` (both JSON objects), with a signature of at least 16 characters.
+//! - `generic-secret`: a name containing `password`, `passwd`, `pwd`,
+//!   `secret`, `token`, `api_key`, `access_key`, `private_key`, `auth`,
+//!   `authorization` or `credential` (any case, any prefix such as
+//!   `DB_PASSWORD` or `clientSecret`) assigned with `=`, `:`, `=>` or `:=`,
+//!   quoted or not, optionally after `Bearer`/`Basic`, to a value that passes
+//!   the randomness test.
+//!
+//! # Randomness test (assignment rules only)
+//! The value is at least [`MIN_ASSIGNED_LEN`] (16) bytes, its Shannon entropy
+//! is above [`MIN_ENTROPY`] (3.5 bits per byte), it contains both a letter and
+//! a digit, and it is not a URL (`://`), a path (`/a/b`, `./a/b`, `~/a/b`) or
+//! a dotted identifier (`settings.api.token2`). Token formats skip this test:
+//! their prefix is the evidence, and low-entropy tokens are still tokens.
+//!
+//! # Placeholders (never findings)
+//! A value is a placeholder, and not reported, when it
+//! - contains `EXAMPLE` in any case (so `AKIAIOSFODNN7EXAMPLE` and the other
+//!   documentation keys), `changeme`, `change_me`, `change-me`, `dummy`,
+//!   `placeholder`, `redacted`, `xxxx` (any case) or `****`;
+//! - is a template or a variable: starts with `$` (`$VAR`), or contains
+//!   `${`, `{{`, `<`, `>` or `%(` (`${VAR}`, `{{ var }}`, `<your-token>`);
+//! - contains both `your` and `here` (`your_api_key_here`);
+//! - after the token's fixed prefix, is one character repeated (`ghp_000…`)
+//!   or a run (`abcdef…`, `123456…`, nine in ten neighbours one apart).
+
+mod rules;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
+
+pub use rules::{MIN_ASSIGNED_LEN, MIN_ENTROPY, entropy};
+pub use walk::scan_paths;
+
+use rules::{Kind, RULES, TRAITS};
+
+/// The longest stretch of one line handed to the regexes at once.
+const WINDOW: usize = 64 * 1024;
+
+/// How much consecutive windows of a long line share: the longest match that
+/// is still found wherever the window cuts fall.
+const OVERLAP: usize = 4 * 1024;
+
+/// One detection rule. The table is public so the rules can be documented
+/// and exported (see [`ripgrep_patterns`]).
+#[derive(Debug)]
+pub struct Rule {
+    pub id: &'static str,
+    pub description: &'static str,
+    /// Literals one of which every match contains; a rule's regex only runs
+    /// where one occurs.
+    pub keywords: &'static [&'static str],
+    /// `regex` syntax, compiled with Unicode off (ASCII classes, any byte).
+    pub pattern: &'static str,
+}
+
+/// A secret found in a file, located and redacted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub path: String,
+    /// 1-based; lines end at `\n`.
+    pub line: u64,
+    pub rule: &'static str,
+    /// At most the first four characters of the secret and `…`, or `****`.
+    pub redacted: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{} {}", self.path, self.line, self.rule, self.redacted)
+    }
+}
+
+/// One regex per rule, in the form `rg -f FILE` accepts, so a benchmark can
+/// run ripgrep with the same rules (without the keyword gate and the checks
+/// against placeholders, which ripgrep cannot express).
+pub fn ripgrep_patterns() -> Vec<String> {
+    RULES.iter().map(|r| format!("(?-u){}", r.pattern)).collect()
+}
+
+/// A keyword of the prefilter and the rules it gates.
+#[derive(Debug)]
+struct Keyword {
+    /// The keyword as written, for the exact comparison case-sensitive rules need.
+    text: &'static [u8],
+    /// Rules gated whatever the case of the occurrence.
+    any_case: u32,
+    /// Rules gated only when the occurrence matches `text` exactly.
+    exact_case: u32,
+}
+
+/// The compiled rules. Build once and share: compiling is the expensive part.
+#[derive(Debug)]
+pub struct Scanner {
+    /// All keywords, case-insensitively: one pass over the data finds every
+    /// rule's candidates, and the exact-case check is a cheap comparison
+    /// afterwards.
+    keywords: AhoCorasick,
+    keyword_rules: Vec<Keyword>,
+    regexes: Vec<Regex>,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner::new()
+    }
+}
+
+impl Scanner {
+    pub fn new() -> Scanner {
+        let mut keyword_rules: Vec<Keyword> = Vec::new();
+        for (i, (rule, &(_, any_case))) in RULES.iter().zip(TRAITS.iter()).enumerate() {
+            for kw in rule.keywords {
+                let bit = 1u32 << i;
+                let slot = match keyword_rules
+                    .iter_mut()
+                    .find(|k| k.text.eq_ignore_ascii_case(kw.as_bytes()))
+                {
+                    Some(slot) => slot,
+                    None => {
+                        keyword_rules.push(Keyword {
+                            text: kw.as_bytes(),
+                            any_case: 0,
+                            exact_case: 0,
+                        });
+                        let last = keyword_rules.len() - 1;
+                        &mut keyword_rules[last]
+                    }
+                };
+                if any_case {
+                    slot.any_case |= bit;
+                } else {
+                    slot.exact_case |= bit;
+                }
+            }
+        }
+        // The rule table is fixed at compile time and `tests::every_rule_compiles`
+        // builds it, so a failure here is a defect in the table, not a run-time
+        // condition.
+        let keywords = AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(keyword_rules.iter().map(|k| k.text))
+            .expect("the keyword table builds");
+        let regexes = RULES
+            .iter()
+            .map(|r| {
+                RegexBuilder::new(r.pattern)
+                    .unicode(false)
+                    .build()
+                    .unwrap_or_else(|e| panic!("rule `{}` does not compile: {e}", r.id))
+            })
+            .collect();
+        Scanner {
+            keywords,
+            keyword_rules,
+            regexes,
+        }
+    }
+
+    /// The rule table, in the order rules are tried.
+    pub fn rules() -> &'static [Rule] {
+        &RULES
+    }
+
+    /// Starts a streaming scan of one file, reported under `rel_path`.
+    pub fn file(&self, rel_path: &str) -> FileScan<'_> {
+        FileScan {
+            scanner: self,
+            sink: Sink {
+                path: rel_path.to_string(),
+                findings: Vec::new(),
+                locs: Vec::new(),
+                spans: Vec::new(),
+            },
+            carry: Vec::new(),
+            seen: 0,
+            line: 1,
+        }
+    }
+
+    /// Scans a whole file held in memory.
+    pub fn scan_bytes(&self, rel_path: &str, data: &[u8]) -> Vec<Finding> {
+        let mut scan = self.file(rel_path);
+        scan.feed(data);
+        scan.finish()
+    }
+
+    /// The rules a keyword occurrence at `hay[start..end]` gates.
+    fn gated(&self, hay: &[u8], m: &aho_corasick::Match) -> u32 {
+        let k = &self.keyword_rules[m.pattern().as_usize()];
+        if hay[m.start()..m.end()] == *k.text {
+            k.any_case | k.exact_case
+        } else {
+            k.any_case
+        }
+    }
+
+    /// The rules whose keywords occur in `hay`.
+    fn rules_in(&self, hay: &[u8]) -> u32 {
+        self.keywords
+            .find_overlapping_iter(hay)
+            .fold(0, |acc, m| acc | self.gated(hay, &m))
+    }
+
+    /// Scans `block`, whole lines each ending in `\n`, the first of which is
+    /// line `line`; returns the number of the line after the block.
+    fn scan_block(&self, block: &[u8], mut line: u64, sink: &mut Sink) -> u64 {
+        // `counted` is the start of line `line`; the line under
+        // consideration gathers the rules of all its keyword hits before its
+        // window is scanned once.
+        let mut counted = 0;
+        let mut current: Option<(usize, usize, u32)> = None;
+        let mut skip_until = 0;
+        for m in self.keywords.find_overlapping_iter(block) {
+            if m.start() < skip_until {
+                continue;
+            }
+            let gated = self.gated(block, &m);
+            if gated == 0 {
+                continue;
+            }
+            if let Some((_, end, mask)) = current.as_mut()
+                && m.start() < *end
+            {
+                *mask |= gated;
+                continue;
+            }
+            if let Some((start, end, mask)) = current.take() {
+                self.scan_window(&block[start..end], mask, line, 0, true, sink);
+            }
+            let start = block[counted..m.start()]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(counted, |i| counted + i + 1);
+            line += count_newlines(&block[counted..start]);
+            counted = start;
+            let end = block[m.end()..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(block.len(), |i| m.end() + i);
+            if end - start > WINDOW {
+                self.scan_line(&block[start..end], line, 0, sink);
+                skip_until = end;
+            } else {
+                current = Some((start, end, gated));
+            }
+        }
+        if let Some((start, end, mask)) = current {
+            self.scan_window(&block[start..end], mask, line, 0, true, sink);
+        }
+        line + count_newlines(&block[counted..])
+    }
+
+    /// Scans the rest of a line (without its `\n`) whose first `seen` bytes
+    /// were covered by an earlier window.
+    fn scan_line(&self, mut rest: &[u8], line: u64, mut seen: usize, sink: &mut Sink) {
+        while rest.len() > WINDOW {
+            self.scan_cut(&rest[..WINDOW], line, seen, sink);
+            rest = &rest[WINDOW - OVERLAP..];
+            seen = OVERLAP;
+        }
+        let mask = self.rules_in(rest);
+        if mask != 0 {
+            self.scan_window(rest, mask, line, seen, true, sink);
+        }
+    }
+
+    /// Scans one full window of a line that goes on past it.
+    fn scan_cut(&self, window: &[u8], line: u64, seen: usize, sink: &mut Sink) {
+        let mask = self.rules_in(window);
+        if mask != 0 {
+            self.scan_window(window, mask, line, seen, false, sink);
+        }
+    }
+
+    /// Runs the rules in `mask` over `window`, part of line `line`.
+    ///
+    /// Windows of one line overlap, so each reports only the matches whose
+    /// end falls in its own share: at or after `seen` (the part an earlier
+    /// window covered) and, unless it is the line's `last` window, before its
+    /// own end, where a match may have been cut short; the next window sees
+    /// that one whole.
+    fn scan_window(&self, window: &[u8], mask: u32, line: u64, seen: usize, last: bool, sink: &mut Sink) {
+        sink.spans.clear();
+        if sink.locs.is_empty() {
+            sink.locs = (0..RULES.len()).map(|_| None).collect();
+        }
+        let mut rest = mask;
+        while rest != 0 {
+            let i = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let re = &self.regexes[i];
+            let (kind, _) = TRAITS[i];
+            let locs = sink.locs[i].get_or_insert_with(|| re.capture_locations());
+            let mut at = 0;
+            while at < window.len() {
+                let Some(m) = re.captures_read_at(locs, window, at) else {
+                    break;
+                };
+                at = if m.end() > at { m.end() } else { at + 1 };
+                let (s, e) = locs.get(1).unwrap_or((m.start(), m.end()));
+                if e < seen || (!last && e == window.len()) {
+                    continue;
+                }
+                let secret = &window[s..e];
+                if !rules::accept(kind, RULES[i].keywords, secret) {
+                    continue;
+                }
+                // The generic rule restates what a specific rule already said.
+                if kind == Kind::Assigned && sink.spans.iter().any(|&(a, b)| s < b && a < e) {
+                    continue;
+                }
+                sink.spans.push((s, e));
+                sink.findings.push(Finding {
+                    path: sink.path.clone(),
+                    line,
+                    rule: RULES[i].id,
+                    redacted: redact(kind, secret),
+                });
+            }
+        }
+    }
+}
+
+fn redact(kind: Kind, secret: &[u8]) -> String {
+    match kind {
+        Kind::Assigned => "****".to_string(),
+        Kind::Token | Kind::KeyBlock => {
+            let shown = &secret[..secret.len().min(4)];
+            format!("{}…", String::from_utf8_lossy(shown))
+        }
+    }
+}
+
+fn count_newlines(data: &[u8]) -> u64 {
+    // Written as a plain count so the compiler vectorises it: every byte of
+    // every file passes through here.
+    data.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Where findings go, and the scratch space reused across lines so that
+/// scanning allocates only when it finds something.
+#[derive(Debug)]
+struct Sink {
+    path: String,
+    findings: Vec<Finding>,
+    locs: Vec<Option<CaptureLocations>>,
+    /// Secrets reported in the current window, to keep the generic rule quiet.
+    spans: Vec<(usize, usize)>,
+}
+
+/// The streaming scan of one file: feed it the file's bytes in any chunks,
+/// then [`FileScan::finish`].
+#[derive(Debug)]
+pub struct FileScan<'a> {
+    scanner: &'a Scanner,
+    sink: Sink,
+    /// The line being read, from the start of its current window.
+    carry: Vec<u8>,
+    /// How many leading bytes of `carry` an earlier window already covered.
+    seen: usize,
+    /// The number of the line in `carry`.
+    line: u64,
+}
+
+impl FileScan<'_> {
+    pub fn feed(&mut self, mut chunk: &[u8]) {
+        if !self.carry.is_empty() {
+            match chunk.iter().position(|&b| b == b'\n') {
+                None => {
+                    self.push_carry(chunk);
+                    return;
+                }
+                Some(i) => {
+                    self.push_carry(&chunk[..i]);
+                    self.end_carry_line();
+                    chunk = &chunk[i + 1..];
+                }
+            }
+        }
+        // Whole lines are scanned where they lie; only the unfinished last
+        // line is copied.
+        match chunk.iter().rposition(|&b| b == b'\n') {
+            Some(i) => {
+                self.line = self.scanner.scan_block(&chunk[..=i], self.line, &mut self.sink);
+                self.push_carry(&chunk[i + 1..]);
+            }
+            None => self.push_carry(chunk),
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<Finding> {
+        if !self.carry.is_empty() {
+            self.scanner
+                .scan_line(&self.carry, self.line, self.seen, &mut self.sink);
+        }
+        self.sink.findings
+    }
+
+    /// Appends to the unfinished line, scanning and dropping full windows as
+    /// they form so a line without end costs bounded memory.
+    fn push_carry(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let take = (WINDOW + 1 - self.carry.len()).min(data.len());
+            self.carry.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            // The same cuts `scan_line` makes on a whole line: a window is
+            // cut once the line is known to go on past it.
+            while self.carry.len() > WINDOW {
+                self.scanner
+                    .scan_cut(&self.carry[..WINDOW], self.line, self.seen, &mut self.sink);
+                self.carry.drain(..WINDOW - OVERLAP);
+                self.seen = OVERLAP;
+            }
+        }
+    }
+
+    fn end_carry_line(&mut self) {
+        self.scanner
+            .scan_line(&self.carry, self.line, self.seen, &mut self.sink);
+        self.carry.clear();
+        self.seen = 0;
+        self.line += 1;
+    }
+}
