@@ -87,7 +87,7 @@ mod tests;
 
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
 
 pub use rules::{MIN_ASSIGNED_LEN, MIN_ENTROPY, entropy};
@@ -150,14 +150,20 @@ struct Keyword {
     exact_case: u32,
 }
 
+/// How much of a block is case-folded and searched for keywords at once:
+/// small enough to stay in cache, large enough that the restarts are rare.
+const PIECE: usize = 64 * 1024;
+
 /// The compiled rules. Build once and share: compiling is the expensive part.
 #[derive(Debug)]
 pub struct Scanner {
-    /// All keywords, case-insensitively: one pass over the data finds every
-    /// rule's candidates, and the exact-case check is a cheap comparison
-    /// afterwards.
+    /// All keywords in lower case, searched for in a lower-cased copy of the
+    /// data. Folding the data (a cheap, vectorised pass) instead of asking
+    /// the automaton to ignore case keeps its SIMD prefilter, which
+    /// case-insensitive automata lose; that is most of the scan's speed.
     keywords: AhoCorasick,
     keyword_rules: Vec<Keyword>,
+    longest_keyword: usize,
     regexes: Vec<Regex>,
 }
 
@@ -174,10 +180,10 @@ impl Scanner {
             for kw in rule.keywords {
                 let bit = 1u32 << i;
                 let slot = match keyword_rules
-                    .iter_mut()
-                    .find(|k| k.text.eq_ignore_ascii_case(kw.as_bytes()))
+                    .iter()
+                    .position(|k| k.text.eq_ignore_ascii_case(kw.as_bytes()))
                 {
-                    Some(slot) => slot,
+                    Some(at) => &mut keyword_rules[at],
                     None => {
                         keyword_rules.push(Keyword {
                             text: kw.as_bytes(),
@@ -195,14 +201,12 @@ impl Scanner {
                 }
             }
         }
-        // The rule table is fixed at compile time and `tests::every_rule_compiles`
-        // builds it, so a failure here is a defect in the table, not a run-time
-        // condition.
+        let longest_keyword = keyword_rules.iter().map(|k| k.text.len()).max().unwrap_or(1);
+        // The rule table is fixed at compile time and the tests build it, so
+        // a failure here is a defect in the table, not a run-time condition.
         let keywords = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(keyword_rules.iter().map(|k| k.text))
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(keyword_rules.iter().map(|k| k.text.to_ascii_lowercase()))
             .expect("the keyword table builds");
         let regexes = RULES
             .iter()
@@ -216,6 +220,7 @@ impl Scanner {
         Scanner {
             keywords,
             keyword_rules,
+            longest_keyword,
             regexes,
         }
     }
@@ -235,6 +240,7 @@ impl Scanner {
                 locs: Vec::new(),
                 spans: Vec::new(),
             },
+            fold: Vec::new(),
             carry: Vec::new(),
             seen: 0,
             line: 1,
@@ -248,89 +254,118 @@ impl Scanner {
         scan.finish()
     }
 
-    /// The rules a keyword occurrence at `hay[start..end]` gates.
-    fn gated(&self, hay: &[u8], m: &aho_corasick::Match) -> u32 {
-        let k = &self.keyword_rules[m.pattern().as_usize()];
-        if hay[m.start()..m.end()] == *k.text {
-            k.any_case | k.exact_case
-        } else {
-            k.any_case
+    /// Calls `hit(start, end, rules)` for every keyword occurrence in `hay`
+    /// that gates at least one rule, in order of `start`. Occurrences may
+    /// overlap: the search restarts one byte after each start, which finds
+    /// them all because no keyword is a prefix of another (a test checks).
+    fn for_each_hit(&self, hay: &[u8], fold: &mut Vec<u8>, mut hit: impl FnMut(usize, usize, u32)) {
+        let mut piece = 0;
+        while piece < hay.len() {
+            let piece_end = (piece + PIECE).min(hay.len());
+            // Extended so a keyword starting in this piece is seen whole.
+            let folded_end = (piece_end + self.longest_keyword - 1).min(hay.len());
+            fold.clear();
+            fold.extend(hay[piece..folded_end].iter().map(|&b| b.to_ascii_lowercase()));
+            let mut at = 0;
+            while let Some(m) = self
+                .keywords
+                .find(aho_corasick::Input::new(fold.as_slice()).range(at..))
+            {
+                let (start, end) = (piece + m.start(), piece + m.end());
+                if start >= piece_end {
+                    break;
+                }
+                let k = &self.keyword_rules[m.pattern().as_usize()];
+                let gated = if hay[start..end] == *k.text {
+                    k.any_case | k.exact_case
+                } else {
+                    k.any_case
+                };
+                if gated != 0 {
+                    hit(start, end, gated);
+                }
+                at = m.start() + 1;
+            }
+            piece = piece_end;
         }
     }
 
     /// The rules whose keywords occur in `hay`.
-    fn rules_in(&self, hay: &[u8]) -> u32 {
-        self.keywords
-            .find_overlapping_iter(hay)
-            .fold(0, |acc, m| acc | self.gated(hay, &m))
+    fn rules_in(&self, hay: &[u8], fold: &mut Vec<u8>) -> u32 {
+        let mut mask = 0;
+        self.for_each_hit(hay, fold, |_, _, gated| mask |= gated);
+        mask
     }
 
     /// Scans `block`, whole lines each ending in `\n`, the first of which is
     /// line `line`; returns the number of the line after the block.
-    fn scan_block(&self, block: &[u8], mut line: u64, sink: &mut Sink) -> u64 {
+    fn scan_block(&self, block: &[u8], mut line: u64, fold: &mut Vec<u8>, sink: &mut Sink) -> u64 {
         // `counted` is the start of line `line`; the line under
         // consideration gathers the rules of all its keyword hits before its
-        // window is scanned once.
+        // window is scanned once. Long lines are windowed by `scan_line`,
+        // which needs the fold buffer itself, so they are put aside and
+        // scanned after the search.
         let mut counted = 0;
         let mut current: Option<(usize, usize, u32)> = None;
+        let mut long_lines: Vec<(usize, usize, u64)> = Vec::new();
         let mut skip_until = 0;
-        for m in self.keywords.find_overlapping_iter(block) {
-            if m.start() < skip_until {
-                continue;
-            }
-            let gated = self.gated(block, &m);
-            if gated == 0 {
-                continue;
+        self.for_each_hit(block, fold, |hit_start, hit_end, gated| {
+            if hit_start < skip_until {
+                return;
             }
             if let Some((_, end, mask)) = current.as_mut()
-                && m.start() < *end
+                && hit_start < *end
             {
                 *mask |= gated;
-                continue;
+                return;
             }
             if let Some((start, end, mask)) = current.take() {
                 self.scan_window(&block[start..end], mask, line, 0, true, sink);
             }
-            let start = block[counted..m.start()]
+            let start = block[counted..hit_start]
                 .iter()
                 .rposition(|&b| b == b'\n')
                 .map_or(counted, |i| counted + i + 1);
             line += count_newlines(&block[counted..start]);
             counted = start;
-            let end = block[m.end()..]
+            let end = block[hit_end..]
                 .iter()
                 .position(|&b| b == b'\n')
-                .map_or(block.len(), |i| m.end() + i);
+                .map_or(block.len(), |i| hit_end + i);
             if end - start > WINDOW {
-                self.scan_line(&block[start..end], line, 0, sink);
+                long_lines.push((start, end, line));
                 skip_until = end;
             } else {
                 current = Some((start, end, gated));
             }
-        }
+        });
         if let Some((start, end, mask)) = current {
             self.scan_window(&block[start..end], mask, line, 0, true, sink);
         }
-        line + count_newlines(&block[counted..])
+        let after = line + count_newlines(&block[counted..]);
+        for (start, end, line) in long_lines {
+            self.scan_line(&block[start..end], line, 0, fold, sink);
+        }
+        after
     }
 
     /// Scans the rest of a line (without its `\n`) whose first `seen` bytes
     /// were covered by an earlier window.
-    fn scan_line(&self, mut rest: &[u8], line: u64, mut seen: usize, sink: &mut Sink) {
+    fn scan_line(&self, mut rest: &[u8], line: u64, mut seen: usize, fold: &mut Vec<u8>, sink: &mut Sink) {
         while rest.len() > WINDOW {
-            self.scan_cut(&rest[..WINDOW], line, seen, sink);
+            self.scan_cut(&rest[..WINDOW], line, seen, fold, sink);
             rest = &rest[WINDOW - OVERLAP..];
             seen = OVERLAP;
         }
-        let mask = self.rules_in(rest);
+        let mask = self.rules_in(rest, fold);
         if mask != 0 {
             self.scan_window(rest, mask, line, seen, true, sink);
         }
     }
 
     /// Scans one full window of a line that goes on past it.
-    fn scan_cut(&self, window: &[u8], line: u64, seen: usize, sink: &mut Sink) {
-        let mask = self.rules_in(window);
+    fn scan_cut(&self, window: &[u8], line: u64, seen: usize, fold: &mut Vec<u8>, sink: &mut Sink) {
+        let mask = self.rules_in(window, fold);
         if mask != 0 {
             self.scan_window(window, mask, line, seen, false, sink);
         }
@@ -374,11 +409,24 @@ impl Scanner {
                     continue;
                 }
                 sink.spans.push((s, e));
+                let redacted = redact(kind, secret);
+                // Two secrets of one rule on one line can redact alike; the
+                // report would say the same thing twice.
+                let same = |f: &&Finding| f.rule == RULES[i].id && f.redacted == redacted;
+                if sink
+                    .findings
+                    .iter()
+                    .rev()
+                    .take_while(|f| f.line == line)
+                    .any(|f| same(&f))
+                {
+                    continue;
+                }
                 sink.findings.push(Finding {
                     path: sink.path.clone(),
                     line,
                     rule: RULES[i].id,
-                    redacted: redact(kind, secret),
+                    redacted,
                 });
             }
         }
@@ -396,9 +444,12 @@ fn redact(kind: Kind, secret: &[u8]) -> String {
 }
 
 fn count_newlines(data: &[u8]) -> u64 {
-    // Written as a plain count so the compiler vectorises it: every byte of
-    // every file passes through here.
-    data.iter().filter(|&&b| b == b'\n').count() as u64
+    // Every byte of every file passes through here, so it is written for the
+    // compiler to vectorise: a byte-wide sum over runs short enough that it
+    // cannot overflow.
+    data.chunks(255)
+        .map(|run| u64::from(run.iter().fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n')))))
+        .sum()
 }
 
 /// Where findings go, and the scratch space reused across lines so that
@@ -418,6 +469,8 @@ struct Sink {
 pub struct FileScan<'a> {
     scanner: &'a Scanner,
     sink: Sink,
+    /// Scratch space for the case-folded copy the keyword search reads.
+    fold: Vec<u8>,
     /// The line being read, from the start of its current window.
     carry: Vec<u8>,
     /// How many leading bytes of `carry` an earlier window already covered.
@@ -445,7 +498,9 @@ impl FileScan<'_> {
         // line is copied.
         match chunk.iter().rposition(|&b| b == b'\n') {
             Some(i) => {
-                self.line = self.scanner.scan_block(&chunk[..=i], self.line, &mut self.sink);
+                self.line = self
+                    .scanner
+                    .scan_block(&chunk[..=i], self.line, &mut self.fold, &mut self.sink);
                 self.push_carry(&chunk[i + 1..]);
             }
             None => self.push_carry(chunk),
@@ -455,8 +510,12 @@ impl FileScan<'_> {
     pub fn finish(mut self) -> Vec<Finding> {
         if !self.carry.is_empty() {
             self.scanner
-                .scan_line(&self.carry, self.line, self.seen, &mut self.sink);
+                .scan_line(&self.carry, self.line, self.seen, &mut self.fold, &mut self.sink);
         }
+        // Long lines inside a block are scanned after the block's other
+        // lines; a stable sort by line restores file order without touching
+        // the order within a line.
+        self.sink.findings.sort_by_key(|f| f.line);
         self.sink.findings
     }
 
@@ -470,8 +529,13 @@ impl FileScan<'_> {
             // The same cuts `scan_line` makes on a whole line: a window is
             // cut once the line is known to go on past it.
             while self.carry.len() > WINDOW {
-                self.scanner
-                    .scan_cut(&self.carry[..WINDOW], self.line, self.seen, &mut self.sink);
+                self.scanner.scan_cut(
+                    &self.carry[..WINDOW],
+                    self.line,
+                    self.seen,
+                    &mut self.fold,
+                    &mut self.sink,
+                );
                 self.carry.drain(..WINDOW - OVERLAP);
                 self.seen = OVERLAP;
             }
@@ -480,7 +544,7 @@ impl FileScan<'_> {
 
     fn end_carry_line(&mut self) {
         self.scanner
-            .scan_line(&self.carry, self.line, self.seen, &mut self.sink);
+            .scan_line(&self.carry, self.line, self.seen, &mut self.fold, &mut self.sink);
         self.carry.clear();
         self.seen = 0;
         self.line += 1;

@@ -140,9 +140,10 @@ pub(super) static RULES: [Rule; 16] = [
             "credential",
         ],
         // The name may carry any prefix (`DB_PASSWORD`, `githubToken`) but
-        // only a separated or camel-case suffix, so `author`, `tokenizer` and
-        // `secretary` are not names.
-        pattern: r#"[A-Za-z0-9_.-]*(?i:passw(?:or)?d|pwd|secret|token|api[_.-]?key|access[_.-]?key|private[_.-]?key|auth|authorization|credential)[sS]?(?:[_.-][A-Za-z0-9_.-]*|[A-Z][A-Za-z0-9_.-]*)?["']?\s*(?:=>|:=|=|:)\s*["']?(?i:(?:bearer|basic|token)\s+)?([A-Za-z0-9!#$%&*+./:=?@^_|~-]{16,})"#,
+        // only a separated suffix (`token_file`) or, after a camel-case
+        // keyword, a capitalised one (`passwordHash`), so `author`,
+        // `tokenizer`, `secretary` and `AUTHTYPE` are not names.
+        pattern: r#"[A-Za-z0-9_.-]*(?:(?i:passw(?:or)?d|pwd|secret|token|api[_.-]?key|access[_.-]?key|private[_.-]?key|auth|authorization|credential)[sS]?(?:[_.-][A-Za-z0-9_.-]*)?|(?:[Pp]assw(?:or)?d|[Pp]wd|[Ss]ecret|[Tt]oken|[Aa]pi[Kk]ey|[Aa]ccess[Kk]ey|[Pp]rivate[Kk]ey|[Aa]uth|[Aa]uthorization|[Cc]redential)s?[A-Z][A-Za-z0-9_.-]*)["']?\s*(?:=>|:=|=|:)\s*["']?(?i:(?:bearer|basic|token)\s+)?([A-Za-z0-9!#$%&*+./:=?@^_|~-]{16,})"#,
     },
 ];
 
@@ -298,7 +299,16 @@ pub(super) fn looks_random(v: &[u8]) -> bool {
     }
     let path_like =
         (v.starts_with(b"/") || v.starts_with(b"./") || v.starts_with(b"~/")) && v[1..].contains(&b'/');
-    !path_like && !dotted_identifier(v)
+    !path_like && !dotted_identifier(v) && !contains(v, b"::", false) && !constant_or_snake_name(v)
+}
+
+/// `DOT11_AUTH_ALGORITHM`, `session_token_v2`: an identifier with
+/// underscores and letters of one case is a name in code. Random values
+/// with underscores (base64url) mix cases.
+fn constant_or_snake_name(v: &[u8]) -> bool {
+    v.contains(&b'_')
+        && v.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        && (!v.iter().any(u8::is_ascii_lowercase) || !v.iter().any(u8::is_ascii_uppercase))
 }
 
 /// `os.environ.API_TOKEN_V2`, `settings.auth.token2`: code, not a value.
