@@ -64,9 +64,13 @@
 //! # Randomness test (assignment rules only)
 //! The value is at least [`MIN_ASSIGNED_LEN`] (16) bytes, its Shannon entropy
 //! is above [`MIN_ENTROPY`] (3.5 bits per byte), it contains both a letter and
-//! a digit, and it is not a URL (`://`), a path (`/a/b`, `./a/b`, `~/a/b`) or
-//! a dotted identifier (`settings.api.token2`). Token formats skip this test:
-//! their prefix is the evidence, and low-entropy tokens are still tokens.
+//! a digit, and it is not code or a location: a URL (`://`), a path
+//! (`/a/b`, `./a/b`, `~/a/b`), a dotted or `::` path (`settings.api.token2`,
+//! `a::b::C`), a name with underscores in one case (`DOT11_AUTH_ALGO`,
+//! `session_token_v2`), an identifier at least half made of runs of four or
+//! more lower-case letters (`X509EnrollmentAuthFlags`), or a function being
+//! called (followed by `(`). Token formats skip this test: their prefix is
+//! the evidence, and low-entropy tokens are still tokens.
 //!
 //! # Placeholders (never findings)
 //! A value is a placeholder, and not reported, when it
@@ -401,7 +405,7 @@ impl Scanner {
                     continue;
                 }
                 let secret = &window[s..e];
-                if !rules::accept(kind, RULES[i].keywords, secret) {
+                if !rules::accept(kind, RULES[i].keywords, secret, window.get(e).copied()) {
                     continue;
                 }
                 // The generic rule restates what a specific rule already said.

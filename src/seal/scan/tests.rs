@@ -443,6 +443,9 @@ fn generic_placeholders_and_near_misses() {
         "let mut tokens = proc_macro2::TokenStream::new();".to_string(),
         "pub Password: super::super::Win32::Foundation::UNICODE_STRING,".to_string(),
         "session_token = refresh_session_token_v2".to_string(),
+        "pub const X509AuthNone: X509EnrollmentAuthFlags = 0i32;".to_string(),
+        "let tokens = self.0.to_token_stream();".to_string(),
+        "token = mk2Tq9Xz7LpR4wBvN3(input)".to_string(),
     ] {
         assert_not_found("generic-secret", &line);
     }
