@@ -57,7 +57,9 @@
 //! - `generic-secret`: a name containing `password`, `passwd`, `pwd`,
 //!   `secret`, `token`, `api_key`, `access_key`, `private_key`, `auth`,
 //!   `authorization` or `credential` (any case, any prefix such as
-//!   `DB_PASSWORD` or `clientSecret`) assigned with `=`, `:`, `=>` or `:=`,
+//!   `DB_PASSWORD` or `clientSecret`; a suffix only after `_`, `.`, `-` or, for
+//!   a camel-case keyword, a capital: `token_file`, `passwordHash`, but not
+//!   `author` or `tokenizer`) assigned with `=`, `:`, `=>` or `:=`,
 //!   quoted or not, optionally after `Bearer`/`Basic`, to a value that passes
 //!   the randomness test.
 //!
