@@ -112,7 +112,12 @@ pub fn restore(archive: &Path, to: &Path) -> anyhow::Result<u8> {
         }
         .into());
     }
-    eprintln!("runws: restored {} files ({} bytes) into {}; scan clean", report.files, report.bytes, to.display());
+    eprintln!(
+        "runws: restored {} files ({} bytes) into {}; scan clean",
+        report.files,
+        report.bytes,
+        to.display()
+    );
     Ok(exit::OK)
 }
 

@@ -160,7 +160,11 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     let name = format!("{}.{ext}", run.id);
     let final_path = dir.join(&name);
     if final_path.exists() {
-        return Err(Error::Usage(format!("`{}` already exists: run `{}` is sealed", final_path.display(), run.id)));
+        return Err(Error::Usage(format!(
+            "`{}` already exists: run `{}` is sealed",
+            final_path.display(),
+            run.id
+        )));
     }
     let pack_opts = PackOptions {
         format: opts.format,
@@ -177,7 +181,18 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     let mut inspector = ScanInspector { scanner: &scanner, current: None, findings: Vec::new() };
     let failure = match archive::pack(run.path(), &staging, &pack_opts, &mut inspector) {
         Ok(report) if inspector.findings.is_empty() => {
-            match publish(&dir, &staging, &final_path, &report, run, &m.job, "receipt", None, &pack_opts, scanner_rules()) {
+            match publish(
+                &dir,
+                &staging,
+                &final_path,
+                &report,
+                run,
+                &m.job,
+                "receipt",
+                None,
+                &pack_opts,
+                scanner_rules(),
+            ) {
                 Ok(cp) => return record(run, cp),
                 Err(e) => e.to_string(),
             }
@@ -206,7 +221,17 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
         }
         let report = archive::pack(run.path(), &qpath, &pack_opts, &mut NoInspection)?;
         let receipt = receipt_path(&qpath);
-        write_receipt(&receipt, &report, run, &m.job, "quarantine", Some(&failure), &findings, &pack_opts, 0)?;
+        write_receipt(
+            &receipt,
+            &report,
+            run,
+            &m.job,
+            "quarantine",
+            Some(&failure),
+            &findings,
+            &pack_opts,
+            0,
+        )?;
         archive::write_sha256_file(&qpath, &report.archive_sha256)?;
         Ok(Checkpoint {
             source: "quarantine",
@@ -262,7 +287,11 @@ fn write_receipt(
         run_id: &run.id,
         job,
         source,
-        archive: report.archive_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        archive: report
+            .archive_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         archive_sha256: &report.archive_sha256,
         archive_bytes: report.archive_bytes,
         format: format_name(opts.format),
@@ -279,7 +308,10 @@ fn write_receipt(
     };
     let mut bytes = serde_json::to_vec_pretty(&receipt).map_err(|e| Error::Other(e.to_string()))?;
     bytes.push(b'\n');
-    let (dir, name) = (path.parent().unwrap_or(Path::new(".")), path.file_name().and_then(|n| n.to_str()).unwrap_or("receipt.json"));
+    let (dir, name) = (
+        path.parent().unwrap_or(Path::new(".")),
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("receipt.json"),
+    );
     Dir::open(dir)?.write_atomic(name, &bytes, 0o644, true)
 }
 
@@ -331,7 +363,13 @@ fn record(run: &RunDir, cp: Checkpoint) -> Result<Checkpoint> {
     let value = serde_json::to_value(&cp).map_err(|e| Error::Other(e.to_string()))?;
     manifest::update(&run.dir, true, |m| {
         // Precedence: a receipt is never replaced by a quarantine or nothing.
-        let current = m.extra.get("checkpoint").and_then(|c| c.get("source")).and_then(|s| s.as_str());
+        let current = m
+            .extra
+            .get("checkpoint")
+            .and_then(|c| c.get("source"))
+            .and_then(|s| s.as_str())
+            .map(str::to_string);
+        let current = current.as_deref();
         let rank = |s: Option<&str>| match s {
             Some("receipt") => 2,
             Some("quarantine") => 1,

@@ -1,0 +1,232 @@
+//! Scanning files and trees on disk.
+//!
+//! A run's directory is written by the command it ran, so the walk trusts
+//! nothing inside it: below the paths it is given it never follows a
+//! symlink (a link to `~/.ssh` is not the run's to scan, and the archive
+//! records links as links anyway) and reads only regular files. The walk
+//! lists each directory through its open descriptor and looks at every
+//! entry relative to it without following links; the scan then opens each
+//! file it found with `O_NOFOLLOW` and checks it is the very inode the walk
+//! saw, so a directory swapped for a symlink in between is caught rather
+//! than followed. Files are scanned on as many threads as there are cores;
+//! the result is sorted, so it does not depend on scheduling.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+
+use super::{Finding, Scanner};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::kind;
+
+/// Bytes read from a file per `feed`.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// A regular file the walk found: where it is and which inode it was.
+struct Job {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    /// Only a path the caller named may be a symlink.
+    follow: bool,
+}
+
+impl Job {
+    fn new(path: PathBuf, st: &FileStat, follow: bool) -> Job {
+        Job { path, dev: st.st_dev, ino: st.st_ino, follow }
+    }
+}
+
+/// Scans the files at `paths`, and every regular file below the directories
+/// among them, with the built-in rules. The paths themselves are taken as
+/// named (a symlink given here is followed); nothing below them is. Findings
+/// come sorted by path, line, rule and redaction.
+pub fn scan_paths(paths: &[PathBuf]) -> Result<Vec<Finding>> {
+    let mut jobs = Vec::new();
+    for path in paths {
+        walk_root(path, &mut jobs)?;
+    }
+    let scanner = Scanner::new();
+    let threads =
+        std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16).min(jobs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let outcomes = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads).map(|_| s.spawn(|| work(&scanner, &jobs, &next))).collect();
+        workers.into_iter().map(|w| w.join()).collect::<Vec<_>>()
+    });
+    let mut findings = Vec::new();
+    let mut first_error: Option<(usize, Error)> = None;
+    for outcome in outcomes {
+        let (found, error) = outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        findings.extend(found);
+        if let Some((i, e)) = error
+            && first_error.as_ref().is_none_or(|(j, _)| i < *j)
+        {
+            first_error = Some((i, e));
+        }
+    }
+    // The error of the first file in walk order, whichever thread met it.
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
+    findings.sort_by(|a, b| {
+        (a.path.as_bytes(), a.line, a.rule, &a.redacted).cmp(&(
+            b.path.as_bytes(),
+            b.line,
+            b.rule,
+            &b.redacted,
+        ))
+    });
+    Ok(findings)
+}
+
+/// A worker: takes the next job until none are left; stops at its first
+/// error and reports it with the job's index.
+fn work(scanner: &Scanner, jobs: &[Job], next: &AtomicUsize) -> (Vec<Finding>, Option<(usize, Error)>) {
+    let mut findings = Vec::new();
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = jobs.get(i) else {
+            return (findings, None);
+        };
+        match scan_job(scanner, job, &mut buf) {
+            Ok(found) => findings.extend(found),
+            Err(e) => return (findings, Some((i, e))),
+        }
+    }
+}
+
+fn scan_job(scanner: &Scanner, job: &Job, buf: &mut [u8]) -> Result<Vec<Finding>> {
+    let mut flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+    if !job.follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    let fd = match nix::fcntl::open(&job.path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        // Removed since the walk: nothing left to scan.
+        Err(Errno::ENOENT) => return Ok(Vec::new()),
+        Err(Errno::ELOOP) => {
+            return Err(Error::Symlink { path: job.path.clone() });
+        }
+        Err(e) => return Err(Error::io("cannot open", &job.path, e.into())),
+    };
+    let st = fstat(fd.as_fd()).ctx("cannot stat", &job.path)?;
+    if (st.st_dev, st.st_ino) != (job.dev, job.ino) || kind(&st) != SFlag::S_IFREG {
+        return Err(Error::Other(format!(
+            "`{}` was replaced while it was being scanned; refusing to scan what it now points at",
+            job.path.display()
+        )));
+    }
+    let mut file = blocking(fd, &job.path)?;
+    let mut scan = scanner.file(&job.path.to_string_lossy());
+    loop {
+        match file.read(buf) {
+            Ok(0) => return Ok(scan.finish()),
+            Ok(n) => scan.feed(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("cannot read", &job.path, e)),
+        }
+    }
+}
+
+/// Adds `root` (a regular file, or every regular file below a directory) to
+/// `jobs`, in name order.
+fn walk_root(root: &Path, jobs: &mut Vec<Job>) -> Result<()> {
+    let fd = nix::fcntl::open(root, OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK, Mode::empty())
+        .ctx("cannot open", root)?;
+    let st = fstat(fd.as_fd()).ctx("cannot stat", root)?;
+    match kind(&st) {
+        SFlag::S_IFDIR => walk_dir(&fd, root, jobs),
+        SFlag::S_IFREG => {
+            jobs.push(Job::new(root.to_path_buf(), &st, true));
+            Ok(())
+        }
+        _ => Err(Error::SpecialFile { path: root.to_path_buf() }),
+    }
+}
+
+fn walk_dir(dir: &OwnedFd, path: &Path, jobs: &mut Vec<Job>) -> Result<()> {
+    for name in list(dir, path)? {
+        let child = path.join(&name);
+        let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // Gone since the listing.
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(Error::io("cannot stat", &child, e.into())),
+        };
+        match kind(&st) {
+            SFlag::S_IFDIR => {
+                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                match openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
+                    Ok(sub) => walk_dir(&sub, &child, jobs)?,
+                    Err(Errno::ENOENT) => {}
+                    // Swapped for a symlink since the `stat`.
+                    Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(Error::Symlink { path: child }),
+                    Err(e) => return Err(Error::io("cannot open directory", &child, e.into())),
+                }
+            }
+            SFlag::S_IFREG => jobs.push(Job::new(child, &st, false)),
+            // A symlink, a socket, a fifo, a device: not file contents.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The names in the directory open as `dir`, sorted, without `.` and `..`.
+fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<OsString>> {
+    // std lists a directory only by path; naming it through the descriptor
+    // we hold keeps the listing on the directory the walk opened even if
+    // `path` is swapped for a symlink meanwhile.
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    let source = if by_fd.exists() { by_fd } else { path.to_path_buf() };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&source).ctx("cannot list", path)? {
+        names.push(entry.ctx("cannot list", path)?.file_name());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Turns an opened regular file back to blocking reads (`O_NONBLOCK` only
+/// guarded the open against a planted fifo).
+fn blocking(fd: OwnedFd, path: &Path) -> Result<File> {
+    fcntl(fd.as_fd(), FcntlArg::F_SETFL(OFlag::empty())).ctx("cannot open", path)?;
+    Ok(File::from(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_replaced_after_the_walk_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("outputs");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "one\n").unwrap();
+        let mut jobs = Vec::new();
+        walk_root(tmp.path(), &mut jobs).unwrap();
+        assert_eq!(jobs.len(), 1);
+
+        let scanner = Scanner::new();
+        let mut buf = vec![0; 64];
+        assert_eq!(scan_job(&scanner, &jobs[0], &mut buf).unwrap(), []);
+
+        // The directory becomes a symlink to a look-alike tree elsewhere.
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("a.txt"), "one\n").unwrap();
+        std::fs::rename(&dir, tmp.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        assert!(matches!(scan_job(&scanner, &jobs[0], &mut buf), Err(Error::Other(_))));
+    }
+}
