@@ -11,3 +11,4 @@ mod inputs;
 mod listing;
 mod ports;
 mod reap;
+mod seal;
