@@ -4,7 +4,7 @@
 # of medians. Results go to bench/results/<section>.json and are summarised
 # by hand in BENCHMARKS.md.
 #
-#   bench/run.sh [startup|input|concurrent|all]
+#   bench/run.sh [startup|input|concurrent|reap|ls|all]
 #
 # Needs: hyperfine, python3, openssl; bwrap is measured when installed.
 set -euo pipefail
@@ -97,10 +97,43 @@ assert len(lines) == len(ids) == len(ports) == ok == len(runs) == 200
 PY
 }
 
+reap() {
+  echo "== reap: 10,000 abandoned runs, against rm -rf of the same scratch directories"
+  machine
+  local r=$WORK/root-reap n=10000
+  local gen="rm -rf $r && python3 bench/gen_runs.py $r $n && sync"
+  hyperfine -N --runs 5 --export-json "$RESULTS/reap.json" \
+    --prepare "sh -c '$gen'" "sh -c 'cd $r/runs && rm -rf */home */tmp */cache */run */bin'" \
+    --prepare "sh -c '$gen'" "$BIN reap --root $r --grace 0s" >/dev/null
+  ratio "$RESULTS/reap.json" 1 0
+  echo "== reap --keep 0s: 10,000 finished runs removed whole, against rm -rf of the run directories"
+  gen="rm -rf $r && python3 bench/gen_runs.py $r $n succeeded && sync"
+  hyperfine -N --runs 5 --export-json "$RESULTS/reap-keep.json" \
+    --prepare "sh -c '$gen'" "sh -c 'cd $r/runs && rm -rf r*'" \
+    --prepare "sh -c '$gen'" "$BIN reap --root $r --keep 0s --grace 0s" >/dev/null
+  ratio "$RESULTS/reap-keep.json" 1 0
+  rm -rf "$r"
+}
+
+ls_scaling() {
+  echo "== ls: 1,000 and 10,000 runs"
+  machine
+  rm -rf "$WORK/ls1k" "$WORK/ls10k"
+  python3 bench/gen_runs.py "$WORK/ls1k" 1000 succeeded
+  python3 bench/gen_runs.py "$WORK/ls10k" 10000 succeeded
+  hyperfine -N --warmup 2 --runs 10 --export-json "$RESULTS/ls.json" \
+    "$BIN ls --root $WORK/ls1k --json" "$BIN ls --root $WORK/ls10k --json" >/dev/null
+  ratio "$RESULTS/ls.json" 1 0
+  echo "  (linear scaling is a ratio near 10)"
+  rm -rf "$WORK/ls1k" "$WORK/ls10k"
+}
+
 case "$section" in
   startup) startup ;;
   input) input ;;
   concurrent) concurrent ;;
-  all) startup; input; concurrent ;;
+  reap) reap ;;
+  ls) ls_scaling ;;
+  all) startup; input; concurrent; reap; ls_scaling ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac

@@ -260,6 +260,15 @@ impl Dir {
         Ok(PendingSync { file, dir, path })
     }
 
+    /// Writes `name` atomically (temp file renamed into place) without any
+    /// sync: for callers that write many files and then sync the whole file
+    /// system once (`syncfs`) before they report success.
+    pub fn write_atomic_unsynced(&self, name: &str, bytes: &[u8], mode: u32) -> Result<()> {
+        let pending = self.write_atomic_deferred(name, bytes, mode)?;
+        drop(pending);
+        Ok(())
+    }
+
     /// Writes `bytes` to `name` atomically (see [`Dir::write_atomic_with`]).
     pub fn write_atomic(&self, name: &str, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
         self.write_atomic_with(name, mode, durable, |f| f.write_all(bytes))

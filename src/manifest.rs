@@ -269,6 +269,16 @@ pub fn write_first(dir: &Dir, m: &Manifest) -> Result<std::thread::JoinHandle<Re
     Ok(std::thread::spawn(move || pending.sync()))
 }
 
+/// Like [`update`], but the new manifest is only renamed into place, not
+/// synced: the caller syncs the file system once after many updates.
+pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+    let _lock = dir.lock()?;
+    let mut m = read(dir)?;
+    let value = change(&mut m)?;
+    dir.write_atomic_unsynced(MANIFEST, &m.to_json(), 0o644)?;
+    Ok(value)
+}
+
 /// Read-modify-write under the run directory's lock. `change` sees the
 /// current manifest; when it returns an error nothing is written.
 pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {

@@ -304,12 +304,22 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
         runs.entries()?.into_iter().filter(|id| workspace::check_run_id(id).is_ok()).collect();
     ids.sort();
     let procs = Procs::scan();
-    let mut reports = Vec::with_capacity(ids.len());
-    for id in ids {
-        reports.push(reap_one(root, &runs, &id, opts, &procs));
-    }
+    // Runs are independent: reap them on every core, keeping the order.
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let chunk = ids.len().div_ceil(workers).max(1);
+    let reports: Vec<RunReport> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ids
+            .chunks(chunk)
+            .map(|part| {
+                let (runs, procs) = (&runs, &procs);
+                scope.spawn(move || part.iter().map(|id| reap_one(root, runs, id, opts, procs)).collect::<Vec<_>>())
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
     if !opts.dry_run {
-        // One sync for all the manifests written above, instead of one each.
+        // Manifests above were renamed into place unsynced: one sync of the
+        // file system makes all of them (and the removals) durable at once.
         nix::unistd::syncfs(runs.borrow()).map_err(|e| Error::io("cannot sync", runs.path(), e.into()))?;
     }
     Ok(reports)
@@ -391,7 +401,7 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
                 completed: false,
                 actions: Vec::new(),
             });
-            manifest::write(&run.dir, &m, false)?;
+            run.dir.write_atomic_unsynced(crate::workspace::MANIFEST, &m.to_json(), 0o644)?;
         } else if m.reap.is_none() {
             m.reap = Some(ReapRecord {
                 reaped_at: manifest::format_time(SystemTime::now()),
@@ -400,7 +410,7 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
                 completed: false,
                 actions: Vec::new(),
             });
-            manifest::write(&run.dir, &m, false)?;
+            run.dir.write_atomic_unsynced(crate::workspace::MANIFEST, &m.to_json(), 0o644)?;
         }
         Ok(Ok(m))
     })();
@@ -412,7 +422,7 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
     };
 
     let (steps, ok) = teardown(&run, &m, opts, procs);
-    let recorded = manifest::update(&run.dir, false, |m| {
+    let recorded = manifest::update_unsynced(&run.dir, |m| {
         if let Some(r) = m.reap.as_mut() {
             r.completed = ok;
             r.actions.extend(steps.iter().cloned());
