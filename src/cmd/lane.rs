@@ -16,8 +16,9 @@ use crate::error::Error;
 use crate::exit;
 use crate::lane::card::{RunEntry, State};
 use crate::lane::claim::{ClaimRequest, claim};
-use crate::lane::kit::{self, ReviewOptions};
+use crate::lane::kit;
 use crate::lane::promote::{self, PromoteRequest};
+use crate::lane::review::{self, ReviewOptions};
 use crate::lane::{self, Lane, Step, allowed};
 use crate::manifest;
 use crate::workspace::{self, RunDir};
@@ -48,7 +49,9 @@ pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8>
             run(&root, &lane, RunOpts { capture, timeout, pass, env_file }, command)
         }
         LaneCommand::Seal { lane } => seal(&root, &lane),
-        LaneCommand::Review { kit, timeout, keep } => review(&root, &kit, &ReviewOptions { timeout, keep }),
+        LaneCommand::Review { kit, timeout, keep } => {
+            review_kit(&root, &kit, &ReviewOptions { timeout, keep })
+        }
         LaneCommand::Stamp { lane, verdict, reviewer } => {
             let card = lane::stamp(&root, &lane, &verdict, &reviewer)?;
             println!("lane {}: {verdict} by {}; now {}", card.lane, card.reviewer, card.state.as_str());
@@ -223,8 +226,8 @@ fn seal(root: &Path, name: &str) -> anyhow::Result<u8> {
     }
 }
 
-fn review(root: &Path, kit_path: &Path, opts: &ReviewOptions) -> anyhow::Result<u8> {
-    let report = kit::review(root, kit_path, opts)?;
+fn review_kit(root: &Path, kit_path: &Path, opts: &ReviewOptions) -> anyhow::Result<u8> {
+    let report = review::review(root, kit_path, opts)?;
     let r = &report.review;
     let mut out = std::io::stdout().lock();
     writeln!(out, "lane {}: diff stat of work/ against the base commit:", report.lane)?;

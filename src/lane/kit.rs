@@ -11,29 +11,24 @@
 //! are compressed, so the history is scanned separately, decompressed, and
 //! a finding there sends the kit to quarantine too. After the pack the
 //! kit's checksum file must exist and match: that is the check's last item.
-//!
-//! The review restores the kit into a fresh directory (refusing a
-//! quarantine kit, and rescanning what it restored), replaces the restored
-//! repository's `.git/config` with a fixed minimal one so nothing in the
-//! kit chooses what git runs, shows `git diff --stat` against the base
-//! commit, and runs `replay/eval.sh` inside a clean `runws run`.
+//! The review of a kit is in [`super::review`].
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::sys::stat::SFlag;
 
-use super::card::{Card, CheckItem, Checker, Kit, Review, State};
-use super::{Lane, Step, allowed, git_clean, git_out, kit_dir, now};
+use super::card::{Card, CheckItem, Checker, Kit, State};
+use super::{Lane, Step, allowed, git_clean, kit_dir, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::manifest::{self, Status};
 use crate::seal::archive::{Format, PackOptions};
 use crate::seal::checkpoint::{self, Checkpoint, SealOptions, Subject, Target};
 use crate::seal::exclude::is_never_packed_name;
-use crate::seal::scan::{self, Finding, Scanner};
+use crate::seal::scan::{Finding, Scanner};
 use crate::workspace::RunDir;
 
 /// What a kit holds, in this order.
@@ -226,7 +221,12 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
             )));
         }
     }
-    let removed = remove_env_files(lane)?;
+    // Earlier attempts since the last seal removed files too: keep saying so.
+    let mut removed = match &card.checker {
+        Some(c) if !c.ok && card.state == State::Working => c.removed.clone(),
+        _ => Vec::new(),
+    };
+    removed.extend(remove_env_files(lane)?);
     let items = check(lane)?;
     let mut warnings = Vec::new();
     for (i, file) in ["replay/prompt.md", "replay/eval.sh"].iter().enumerate() {
@@ -315,149 +315,6 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
     }
     lane.write(&card)?;
     Ok(SealReport { card, checkpoint: cp })
-}
-
-/// What the review was asked to do.
-pub struct ReviewOptions {
-    pub timeout: Duration,
-    /// Keep the restored copy and say where it is.
-    pub keep: bool,
-}
-
-pub struct ReviewReport {
-    pub lane: String,
-    pub review: Review,
-    pub restored: Option<PathBuf>,
-}
-
-const MINIMAL_GIT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
-
-/// Reviews `kit`: restores it, shows its diff, runs its eval in a clean
-/// run, and records the result on the lane's card.
-pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
-    if crate::restore::in_quarantine(kit) {
-        return Err(Error::LaneRefused(format!(
-            "`{}` is a quarantine kit: it failed the secret scan and is never reviewed",
-            kit.display()
-        )));
-    }
-    let sha = crate::restore::verify(kit)?;
-    let reviews = root.join("restores");
-    std::fs::create_dir_all(&reviews).ctx("cannot create", &reviews)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("review-")
-        .tempdir_in(&reviews)
-        .ctx("cannot create a directory in", &reviews)?;
-    let restored = tmp.path().join("kit");
-    crate::restore::restore(kit, &restored)?;
-    let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
-    if !findings.is_empty() {
-        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.display()), count: findings.len() });
-    }
-    let rdir = Dir::open(&restored)?;
-    let kit_card = super::read_card(&rdir, "in the kit")?;
-    let ticket = std::fs::read_to_string(restored.join("TICKET")).unwrap_or_default();
-    if ticket.lines().next() != Some(kit_card.ticket.as_str()) {
-        return Err(Error::LaneRefused(format!("kit `{}`: its TICKET and its card disagree", kit.display())));
-    }
-    let lane = Lane::open(root, &kit_card.lane)?;
-    let base = {
-        let card = lane.read()?;
-        allowed(&lane.name, card.state, Step::Review)?;
-        current_kit(&lane.name, &card, &sha)?;
-        card.base_commit
-    };
-
-    let work = restored.join("work");
-    let wdir = rdir.sub("work")?;
-    if wdir.lstat(".git")?.is_none_or(|st| kind(&st) != SFlag::S_IFDIR) {
-        return Err(Error::LaneRefused(format!("kit `{}`: work/.git is not a directory", kit.display())));
-    }
-    wdir.sub(".git")?.write_atomic("config", MINIMAL_GIT_CONFIG.as_bytes(), 0o644, false)?;
-    let diff_stat = diff_stat(&work, &base, &tmp.path().join("index"))?;
-
-    let run_id = crate::workspace::new_run_id();
-    let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
-    let status = std::process::Command::new(exe)
-        .arg("--root")
-        .arg(root)
-        .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
-        .arg("--timeout")
-        .arg(format!("{}ms", opts.timeout.as_millis().max(1)))
-        .arg("--cwd")
-        .arg(&work)
-        .arg("--")
-        .arg(restored.join("replay").join("eval.sh"))
-        .env_remove("RUNWS_DIR")
-        .env_remove("RUNWS_RUN_ID")
-        .stdin(Stdio::null())
-        .status()
-        .ctx("cannot start", "runws run")?;
-    let code = status.code().unwrap_or_else(|| {
-        use std::os::unix::process::ExitStatusExt;
-        128 + status.signal().unwrap_or(0)
-    });
-    let review = Review {
-        result: if code == 0 { "pass".into() } else { "fail".into() },
-        kit: kit.display().to_string(),
-        kit_sha256: sha.clone(),
-        eval_exit_code: code,
-        run_id,
-        diff_stat,
-        at: now(),
-    };
-    lane.update(|card| {
-        allowed(&lane.name, card.state, Step::Review)?;
-        current_kit(&lane.name, card, &sha)?;
-        card.review = Some(review.clone());
-        card.state = State::Reviewed;
-        card.event("review", format!("{} (eval exit {code}, run {})", review.result, review.run_id));
-        Ok(())
-    })?;
-    let restored = if opts.keep { Some(tmp.keep().join("kit")) } else { None };
-    Ok(ReviewReport { lane: lane.name, review, restored })
-}
-
-/// Refuses a kit that is not the lane's current one.
-fn current_kit(lane: &str, card: &Card, sha: &str) -> Result<()> {
-    match &card.kit {
-        Some(k) if k.sha256 == sha => Ok(()),
-        Some(k) => Err(Error::LaneRefused(format!(
-            "this kit (sha256 {sha}) is not lane `{lane}`'s current kit `{}` (sha256 {})",
-            k.path, k.sha256
-        ))),
-        None => Err(Error::LaneRefused(format!("lane `{lane}` has no kit on its card"))),
-    }
-}
-
-/// `git diff --stat` of everything in `work` (ignored files too) against
-/// `base`, through a scratch index so the restored repository is unchanged.
-fn diff_stat(work: &Path, base: &str, index: &Path) -> Result<String> {
-    let mut c = git_clean(work);
-    c.env("GIT_INDEX_FILE", index).args(["add", "-A", "-f", "--", "."]);
-    git_out(c, "stage the restored work/ in a scratch index")?;
-    let mut c = git_clean(work);
-    c.args(["cat-file", "-e"]).arg(format!("{base}^{{commit}}"));
-    let (against, note) = if git_out(c, "find the base commit").is_ok() {
-        (base.to_string(), "")
-    } else {
-        // The empty tree: everything shows as added.
-        (
-            "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_string(),
-            " (the base commit is missing: against nothing)",
-        )
-    };
-    let mut c = git_clean(work);
-    c.env("GIT_INDEX_FILE", index).args([
-        "diff",
-        "--cached",
-        "--stat",
-        "--no-ext-diff",
-        "--no-textconv",
-        &against,
-    ]);
-    let stat = git_out(c, "show the diff stat")?;
-    Ok(format!("{stat}{note}"))
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod card;
 pub mod claim;
 pub mod kit;
 pub mod promote;
+pub mod review;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
