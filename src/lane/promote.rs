@@ -110,7 +110,16 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
     c.args(["worktree", "add", "-q", "-b", &branch]).arg(&worktree).arg("HEAD");
     git_out(c, &format!("create branch `{branch}` in a new worktree"))?;
     let mut files = 0;
-    copy_tree(&Dir::open(restored.join("work"))?, &Dir::open(&worktree)?, &mut files)?;
+    if let Err(e) = copy_tree(&Dir::open(restored.join("work"))?, &Dir::open(&worktree)?, &mut files) {
+        // Undo only what this promotion just made, so it can be tried again.
+        let mut c = git_user(&top);
+        c.args(["worktree", "remove", "--force"]).arg(&worktree);
+        let _ = git_out(c, "remove the new worktree");
+        let mut c = git_user(&top);
+        c.args(["branch", "-D", &branch]);
+        let _ = git_out(c, "remove the new branch");
+        return Err(e);
+    }
 
     let promotion = Promotion {
         repo: top.display().to_string(),
