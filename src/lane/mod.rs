@@ -26,6 +26,16 @@
 //!   quarantine, and a quarantine kit is never reviewed).
 //! - Every card write is atomic and under the lane directory's lock, so
 //!   concurrent lane commands never lose each other's updates.
+//!
+//! Choices a user meets: the initials are the first ASCII letter or digit
+//! of each of the four names, lowercased (`x` when there is none); a lane
+//! name that exists, or was reset before, is refused. The `eval.sh`
+//! template exits 0 after `git status` and says it is a template; the seal
+//! warns about unedited templates rather than failing, since the issue's
+//! check is about presence. Kits after a `return` are `<lane>.2.tar.zst`,
+//! `<lane>.3...`. A promotion goes to a new worktree (default
+//! `ROOT/worktrees/<lane>`), uncommitted. Refusals exit 90 (order, review,
+//! kit), 91 (person), 92 (kit check); a failed review exits 93.
 
 pub mod card;
 pub mod claim;

@@ -410,3 +410,27 @@ fn a_scrapped_lane_is_reset_its_background_process_ended_and_its_kit_kept() {
     assert!(kit_path(&env, LANE).exists());
     assert_eq!(card(&env, &lane)["stamp"]["verdict"], "scrap");
 }
+
+#[test]
+fn concurrent_lane_runs_lose_no_card_update() {
+    let env = Env::new();
+    let lane = claim(&env);
+    let children: Vec<_> = (0..6)
+        .map(|i| {
+            env.cmd(&["lane", "run", &lane, "--", "sh", "-c", &format!("echo {i} > f{i}")])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let c = card(&env, &lane);
+    let runs = c["replay"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    assert!(runs.iter().all(|r| r["exit_code"] == 0 && r["finished_at"].is_string()), "{runs:?}");
+    for i in 0..6 {
+        assert!(lane_dir(&env, &lane).join(format!("work/f{i}")).exists());
+    }
+}
