@@ -113,6 +113,23 @@ pub enum Error {
     #[error("cannot restore into `{}`: {why}", path.display())]
     RestoreTarget { path: PathBuf, why: &'static str },
 
+    #[error("no lane `{lane}` under `{}`", root.display())]
+    NoSuchLane { lane: String, root: PathBuf },
+
+    #[error(
+        "refused: lane `{lane}` is {state}; {why} (claim → run → seal → review → stamp → promote or scrap → reset)"
+    )]
+    LaneOutOfOrder { lane: String, state: &'static str, why: String },
+
+    #[error("refused: {0}")]
+    LaneRefused(String),
+
+    #[error("refused: `{name}` may not {step} lane `{lane}`; its card names `{named}` as the {role}")]
+    LaneNotYours { lane: String, step: &'static str, role: &'static str, name: String, named: String },
+
+    #[error("refused: the kit check of lane `{lane}` failed: {failed}; nothing was sealed")]
+    KitCheck { lane: String, failed: String },
+
     #[error("{0}")]
     Other(String),
 }
@@ -128,6 +145,9 @@ impl Error {
             Error::CommandNotFound(_) => exit::NOT_FOUND,
             Error::SecretsFound { .. } => exit::SECRETS_FOUND,
             Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
+            Error::LaneOutOfOrder { .. } | Error::LaneRefused(_) => exit::LANE_REFUSED,
+            Error::LaneNotYours { .. } => exit::LANE_NOT_YOURS,
+            Error::KitCheck { .. } => exit::KIT_CHECK_FAILED,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }
             | Error::Usage(_)
@@ -148,6 +168,7 @@ impl Error {
             | Error::ArchiveFormat { .. }
             | Error::ArchiveRefused { .. }
             | Error::RestoreTarget { .. }
+            | Error::NoSuchLane { .. }
             | Error::Other(_) => exit::FAILURE,
         }
     }

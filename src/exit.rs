@@ -29,6 +29,19 @@ pub const NOTHING_SAVED: u8 = 81;
 /// The secret scan found something (`scan`, and `restore` of an archive
 /// from an ordinary location).
 pub const SECRETS_FOUND: u8 = 82;
+/// A promotion lane refused a step: its state does not allow it yet (or any
+/// more), its review does not allow an approval, or its kit changed since
+/// the review.
+pub const LANE_REFUSED: u8 = 90;
+/// A promotion lane refused a person: only the named reviewer stamps and
+/// only the named resetter resets.
+pub const LANE_NOT_YOURS: u8 = 91;
+/// A lane's kit failed the kit check (a missing `TICKET`, `replay/` file or
+/// checksum, or a forbidden file present); nothing was sealed.
+pub const KIT_CHECK_FAILED: u8 = 92;
+/// A lane's review ran and `replay/eval.sh` failed: the review is recorded
+/// as failed.
+pub const REVIEW_FAILED: u8 = 93;
 /// The command ran out of time (`--timeout`), as `timeout` does.
 pub const TIMED_OUT: u8 = 124;
 /// runws itself failed, or was used wrongly; the command did not run or its

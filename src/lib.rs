@@ -14,6 +14,7 @@ pub mod exit;
 pub mod fingerprint;
 pub mod fsx;
 pub mod guard;
+pub mod lane;
 pub mod manifest;
 pub mod ports;
 pub mod procinfo;

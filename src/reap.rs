@@ -135,6 +135,12 @@ fn end_group(pgid: i32, start_time: Option<u64>, grace: Duration, procs: &Procs)
     format!("process group {pgid}: still alive after SIGKILL")
 }
 
+/// Ends process group `pgid` if it is still the group that was recorded
+/// (see [`end_group`]), for callers that are not a reap: a lane's reset.
+pub(crate) fn end_recorded_group(pgid: i32, start_time: Option<u64>, grace: Duration) -> String {
+    end_group(pgid, start_time, grace, &Procs::scan())
+}
+
 fn git(repo: &str, args: &[&str]) -> std::result::Result<(), String> {
     let out = std::process::Command::new("git")
         .arg("-C")

@@ -149,7 +149,7 @@ fn check_target(target: &Path) -> Result<bool> {
     Ok(true)
 }
 
-fn in_quarantine(archive: &Path) -> bool {
+pub(crate) fn in_quarantine(archive: &Path) -> bool {
     let named = |p: &Path| p.components().any(|c| c == Component::Normal("quarantine".as_ref()));
     // A symlink elsewhere to a quarantined archive is still quarantined.
     named(archive) || std::fs::canonicalize(archive).is_ok_and(|p| named(&p))

@@ -2,6 +2,7 @@
 //! `anyhow` for context; the exit code comes from the library error inside.
 
 pub mod guard;
+pub mod lane;
 pub mod ls;
 pub mod reap;
 pub mod run;
@@ -29,6 +30,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Verify { archive } => seal::verify(&archive),
         Command::Restore { archive, to } => seal::restore(&archive, &to),
         Command::Reap { dry_run, keep, grace, json } => reap::reap(root, dry_run, keep, grace, json),
+        Command::Lane { command } => lane::dispatch(root, command),
     }
 }
 

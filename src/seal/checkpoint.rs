@@ -11,6 +11,10 @@
 //! `quarantine/`, in what is left of the deadline. The manifest records the
 //! checkpoint with the precedence receipt, then quarantine, then nothing;
 //! a run with nothing saved is held from `reap --keep`.
+//!
+//! The same stage, scan, publish or quarantine sequence seals a promotion
+//! lane's kit ([`seal_tree`]): one code path, so a kit is held to exactly
+//! the rules a run's evidence is.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -91,8 +95,12 @@ impl Inspector for ScanInspector<'_> {
 #[derive(Serialize)]
 struct Receipt<'a> {
     schema: u32,
-    run_id: &'a str,
-    job: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lane: Option<&'a str>,
     source: &'static str,
     archive: String,
     archive_sha256: &'a str,
@@ -138,6 +146,25 @@ fn include_list(extra: &[String]) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// What is sealed, for the receipt: a run of a job, or a promotion lane.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    Run { run_id: &'a str, job: &'a str },
+    Lane { lane: &'a str },
+}
+
+/// One directory to seal and where its archive goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The directory whose `include`d entries are packed.
+    pub src: &'a Path,
+    /// The directory the archive, its checksum file and receipt go to.
+    pub dir: &'a Path,
+    /// The archive's name without its extension.
+    pub stem: &'a str,
+    pub subject: Subject<'a>,
+}
+
 /// Seals `run`: an archive in the ordinary location when the pack succeeds
 /// and the scan is clean; otherwise a quarantine archive; otherwise nothing.
 /// The manifest records which.
@@ -155,17 +182,6 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
         Some(d) => d.clone(),
         None => run.root.join("archive").join(&m.job),
     };
-    std::fs::create_dir_all(&dir).ctx("cannot create", &dir)?;
-    let ext = opts.format.extension();
-    let name = format!("{}.{ext}", run.id);
-    let final_path = dir.join(&name);
-    if final_path.exists() {
-        return Err(Error::Usage(format!(
-            "`{}` already exists: run `{}` is sealed",
-            final_path.display(),
-            run.id
-        )));
-    }
     let pack_opts = PackOptions {
         format: opts.format,
         max_bytes: opts.max_bytes,
@@ -173,35 +189,58 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
         deadline: Some(deadline),
         include: include_list(&opts.include)?,
     };
+    let target = Target {
+        src: run.path(),
+        dir: &dir,
+        stem: &run.id,
+        subject: Subject::Run { run_id: &run.id, job: &m.job },
+    };
+    let cp = seal_tree(&target, &pack_opts, Vec::new())?;
+    record(run, cp)
+}
+
+/// Seals `target.src` into `target.dir/<stem>.<ext>` when the pack succeeds
+/// and neither the scan of every packed byte nor `prior` (findings the
+/// caller made before packing) found anything; otherwise into
+/// `target.dir/quarantine/`, unscanned; otherwise nothing, said in the
+/// returned checkpoint. An error means nothing was attempted: the archive
+/// name is taken or the directory cannot be made.
+pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Finding>) -> Result<Checkpoint> {
+    let dir = target.dir;
+    std::fs::create_dir_all(dir).ctx("cannot create", dir)?;
+    let ext = pack_opts.format.extension();
+    let name = format!("{}.{ext}", target.stem);
+    let final_path = dir.join(&name);
+    if final_path.exists() {
+        let what = match target.subject {
+            Subject::Run { run_id, .. } => format!("run `{run_id}` is sealed"),
+            Subject::Lane { lane } => format!("lane `{lane}` is sealed"),
+        };
+        return Err(Error::Usage(format!("`{}` already exists: {what}", final_path.display())));
+    }
 
     // The seal proper: staged, scanned, renamed into place only when clean.
     let scanner = Scanner::new();
     let staging = dir.join(format!(".{name}.sealing"));
     let _ = std::fs::remove_file(&staging);
-    let mut inspector = ScanInspector { scanner: &scanner, current: None, findings: Vec::new() };
-    let failure = match archive::pack(run.path(), &staging, &pack_opts, &mut inspector) {
-        Ok(report) if inspector.findings.is_empty() => {
-            match publish(
-                &dir,
-                &staging,
-                &final_path,
-                &report,
-                run,
-                &m.job,
-                "receipt",
-                None,
-                &pack_opts,
-                scanner_rules(),
-            ) {
-                Ok(cp) => return record(run, cp),
-                Err(e) => e.to_string(),
+    let mut inspector = ScanInspector { scanner: &scanner, current: None, findings: prior };
+    let failure = if inspector.findings.is_empty() {
+        match archive::pack(target.src, &staging, pack_opts, &mut inspector) {
+            Ok(report) if inspector.findings.is_empty() => {
+                match publish(dir, &staging, &final_path, &report, target, "receipt", None, pack_opts) {
+                    Ok(cp) => return Ok(cp),
+                    Err(e) => e.to_string(),
+                }
             }
+            Ok(_) => {
+                let _ = std::fs::remove_file(&staging);
+                format!("the secret scan found {} secret(s)", inspector.findings.len())
+            }
+            Err(e) => e.to_string(),
         }
-        Ok(_) => {
-            let _ = std::fs::remove_file(&staging);
-            format!("the secret scan found {} secret(s)", inspector.findings.len())
-        }
-        Err(e) => e.to_string(),
+    } else {
+        // Known before packing: no need to pack twice.
+        format!("the secret scan found {} secret(s)", inspector.findings.len())
     };
     let findings: Vec<String> = inspector.findings.iter().map(|f| f.to_string()).collect();
 
@@ -209,29 +248,19 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     let qdir = dir.join("quarantine");
     let quarantined = (|| -> Result<Checkpoint> {
         std::fs::create_dir_all(&qdir).ctx("cannot create", &qdir)?;
-        if Instant::now() >= deadline {
+        if pack_opts.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::Other("no time left before the deadline".into()));
         }
-        // An earlier quarantine of this run is kept: a new one gets a new name.
+        // An earlier quarantine is kept: a new one gets a new name.
         let mut qpath = qdir.join(&name);
         let mut n = 1;
         while qpath.exists() {
-            qpath = qdir.join(format!("{}.{n}.{ext}", run.id));
+            qpath = qdir.join(format!("{}.{n}.{ext}", target.stem));
             n += 1;
         }
-        let report = archive::pack(run.path(), &qpath, &pack_opts, &mut NoInspection)?;
+        let report = archive::pack(target.src, &qpath, pack_opts, &mut NoInspection)?;
         let receipt = receipt_path(&qpath);
-        write_receipt(
-            &receipt,
-            &report,
-            run,
-            &m.job,
-            "quarantine",
-            Some(&failure),
-            &findings,
-            &pack_opts,
-            0,
-        )?;
+        write_receipt(&receipt, &report, target, "quarantine", Some(&failure), &findings, pack_opts, 0)?;
         archive::write_sha256_file(&qpath, &report.archive_sha256)?;
         Ok(Checkpoint {
             source: "quarantine",
@@ -243,21 +272,15 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
             at: manifest::format_time(SystemTime::now()),
         })
     })();
-    match quarantined {
-        Ok(cp) => record(run, cp),
-        Err(qe) => {
-            let cp = Checkpoint {
-                source: "none",
-                archive: None,
-                archive_sha256: None,
-                receipt: None,
-                reason: Some(format!("{failure}; the quarantine failed too: {qe}")),
-                findings,
-                at: manifest::format_time(SystemTime::now()),
-            };
-            record(run, cp)
-        }
-    }
+    Ok(quarantined.unwrap_or_else(|qe| Checkpoint {
+        source: "none",
+        archive: None,
+        archive_sha256: None,
+        receipt: None,
+        reason: Some(format!("{failure}; the quarantine failed too: {qe}")),
+        findings,
+        at: manifest::format_time(SystemTime::now()),
+    }))
 }
 
 fn scanner_rules() -> usize {
@@ -274,18 +297,22 @@ fn receipt_path(archive: &Path) -> PathBuf {
 fn write_receipt(
     path: &Path,
     report: &PackReport,
-    run: &RunDir,
-    job: &str,
+    target: &Target<'_>,
     source: &'static str,
     reason: Option<&str>,
     findings: &[String],
     opts: &PackOptions,
     rules: usize,
 ) -> Result<()> {
+    let (run_id, job, lane) = match target.subject {
+        Subject::Run { run_id, job } => (Some(run_id), Some(job), None),
+        Subject::Lane { lane } => (None, None, Some(lane)),
+    };
     let receipt = Receipt {
         schema: 1,
-        run_id: &run.id,
+        run_id,
         job,
+        lane,
         source,
         archive: report
             .archive_path
@@ -323,12 +350,10 @@ fn publish(
     staging: &Path,
     final_path: &Path,
     report: &PackReport,
-    run: &RunDir,
-    job: &str,
+    target: &Target<'_>,
     source: &'static str,
     reason: Option<&str>,
     opts: &PackOptions,
-    rules: usize,
 ) -> Result<Checkpoint> {
     let d = Dir::open(dir)?;
     let staged = staging.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -339,7 +364,7 @@ fn publish(
     let mut report = report.clone();
     report.archive_path = final_path.to_path_buf();
     let receipt = receipt_path(final_path);
-    let written = write_receipt(&receipt, &report, run, job, source, reason, &[], opts, rules)
+    let written = write_receipt(&receipt, &report, target, source, reason, &[], opts, scanner_rules())
         .and_then(|()| archive::write_sha256_file(final_path, &report.archive_sha256));
     if let Err(e) = written {
         // A seal is never reported on a partial result.

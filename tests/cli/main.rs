@@ -8,6 +8,7 @@ mod environment;
 mod exit_codes;
 mod guard;
 mod inputs;
+mod lane;
 mod listing;
 mod ports;
 mod reap;

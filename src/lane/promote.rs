@@ -1,0 +1,228 @@
+//! The end of a lane: `promote` puts the approved work on a new branch of
+//! the real repository; `reset` ends what the lane left running and
+//! removes the lane, keeping its kit and a copy of its card.
+//!
+//! A promotion copies the approved kit's `work/`, restored from the kit
+//! and checked against the sha256 the stamp approved, never the live lane
+//! directory. It creates the branch from the repository's `HEAD` in a new
+//! `git worktree`, so the user's own checkout is never touched, and leaves
+//! the files there uncommitted: committing and pushing stay the user's
+//! decision. Entries named `.git` are never copied; every write goes
+//! through [`Dir`], so a symlink in the branch is replaced, never written
+//! through.
+//!
+//! A reset signals only the process groups the lane's runs recorded, and
+//! only while each is still the group that was recorded (leader pid and
+//! start time); it removes the lane with [`Dir::remove_tree`], which never
+//! follows a symlink.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::stat::SFlag;
+
+use super::card::{Card, Promotion, Reset, State};
+use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, kit_dir, now};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{Dir, kind};
+use crate::manifest;
+use crate::procinfo;
+use crate::seal::scan;
+use crate::workspace::RunDir;
+
+pub struct PromoteRequest<'a> {
+    pub repo: &'a Path,
+    pub branch: Option<&'a str>,
+    pub worktree: Option<&'a Path>,
+}
+
+/// git as the user runs it, in their repository.
+fn git_user(repo: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.arg("-C").arg(repo).stdin(Stdio::null());
+    c
+}
+
+pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Promotion> {
+    let lane = Lane::open(root, name)?;
+    let _lock = lane.lock()?;
+    let mut card = lane.read()?;
+    allowed(name, card.state, Step::Promote)?;
+    let (Some(stamp), Some(kit)) = (card.stamp.clone(), card.kit.clone()) else {
+        return Err(Error::LaneRefused(format!("lane `{name}` has no approved kit on its card")));
+    };
+    let kit_path = PathBuf::from(&kit.path);
+    let sha = crate::restore::verify(&kit_path)?;
+    if sha != stamp.kit_sha256 {
+        return Err(Error::LaneRefused(format!(
+            "lane `{name}`: kit `{}` changed after it was approved (approved sha256 {}, now {sha})",
+            kit.path, stamp.kit_sha256
+        )));
+    }
+
+    let mut c = git_user(req.repo);
+    c.args(["rev-parse", "--show-toplevel"]);
+    let top = PathBuf::from(git_out(c, "find the repository")?);
+    let branch = req.branch.map_or_else(|| format!("lane/{}", card.ticket), str::to_string);
+    let mut c = git_user(&top);
+    c.args(["check-ref-format", "--branch", &branch]);
+    git_out(c, &format!("accept `{branch}` as a branch name"))?;
+    let mut c = git_user(&top);
+    c.args(["rev-parse", "--verify", "--quiet"]).arg(format!("refs/heads/{branch}"));
+    if c.stdout(Stdio::null()).status().is_ok_and(|s| s.success()) {
+        return Err(Error::LaneRefused(format!(
+            "branch `{branch}` exists already in `{}`; choose another with --branch",
+            top.display()
+        )));
+    }
+    let worktree = match req.worktree {
+        Some(w) => std::path::absolute(w).ctx("cannot resolve", w)?,
+        None => root.join("worktrees").join(name),
+    };
+    if std::fs::symlink_metadata(&worktree).is_ok() {
+        return Err(Error::LaneRefused(format!(
+            "`{}` exists already; choose another with --worktree",
+            worktree.display()
+        )));
+    }
+    if let Some(parent) = worktree.parent() {
+        std::fs::create_dir_all(parent).ctx("cannot create", parent)?;
+    }
+
+    // The approved bytes, restored and rescanned, are what gets copied.
+    let restores = root.join("restores");
+    std::fs::create_dir_all(&restores).ctx("cannot create", &restores)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("promote-")
+        .tempdir_in(&restores)
+        .ctx("cannot create a directory in", &restores)?;
+    let restored = tmp.path().join("kit");
+    crate::restore::restore(&kit_path, &restored)?;
+    let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
+    if !findings.is_empty() {
+        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
+    }
+
+    let mut c = git_user(&top);
+    c.args(["worktree", "add", "-q", "-b", &branch]).arg(&worktree).arg("HEAD");
+    git_out(c, &format!("create branch `{branch}` in a new worktree"))?;
+    let mut files = 0;
+    if let Err(e) = copy_tree(&Dir::open(restored.join("work"))?, &Dir::open(&worktree)?, &mut files) {
+        // Undo only what this promotion just made, so it can be tried again.
+        let mut c = git_user(&top);
+        c.args(["worktree", "remove", "--force"]).arg(&worktree);
+        let _ = git_out(c, "remove the new worktree");
+        let mut c = git_user(&top);
+        c.args(["branch", "-D", &branch]);
+        let _ = git_out(c, "remove the new branch");
+        return Err(e);
+    }
+
+    let promotion = Promotion {
+        repo: top.display().to_string(),
+        branch,
+        worktree: worktree.display().to_string(),
+        files,
+        kit_sha256: sha,
+        at: now(),
+    };
+    card.promotion = Some(promotion.clone());
+    card.state = State::Promoted;
+    card.event(
+        "promote",
+        format!("{files} files onto branch `{}` in `{}`", promotion.branch, promotion.worktree),
+    );
+    lane.write(&card)?;
+    Ok(promotion)
+}
+
+/// Copies `src` into `dst`, replacing files and links, skipping `.git`.
+fn copy_tree(src: &Dir, dst: &Dir, files: &mut u64) -> Result<()> {
+    let mut names: Vec<String> = src.entries_raw()?.into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    for name in names.into_iter().filter(|n| n != ".git") {
+        let Some(st) = src.lstat(&name)? else { continue };
+        let mode = st.st_mode & 0o777;
+        match kind(&st) {
+            SFlag::S_IFDIR => {
+                dst.mkdir_if_missing(&name, mode | 0o700)?;
+                copy_tree(&src.sub(&name)?, &dst.sub(&name)?, files)?;
+            }
+            SFlag::S_IFREG => {
+                let Some(mut from) = src.open_read(&name)? else { continue };
+                dst.write_atomic_with(&name, mode, false, |to| {
+                    io::copy(&mut from, to)?;
+                    to.set_permissions(std::fs::Permissions::from_mode(mode))
+                })?;
+                *files += 1;
+            }
+            SFlag::S_IFLNK => {
+                let target = nix::fcntl::readlinkat(src.borrow(), name.as_str())
+                    .ctx("cannot read link", src.join(&name))?;
+                if dst.lstat(&name)?.is_some_and(|st| kind(&st) == SFlag::S_IFDIR) {
+                    return Err(Error::Other(format!(
+                        "cannot put a link over the directory `{}`",
+                        dst.join(&name).display()
+                    )));
+                }
+                dst.unlink(&name)?;
+                dst.symlink(Path::new(&target), &name)?;
+                *files += 1;
+            }
+            // A restore never makes anything else.
+            _ => return Err(Error::SpecialFile { path: src.join(&name) }),
+        }
+    }
+    Ok(())
+}
+
+/// Ends the lane: its recorded process groups, then the lane directory.
+/// The kit stays; the final card is kept beside it.
+pub fn reset(root: &Path, name: &str, resetter: &str, grace: Duration) -> Result<Card> {
+    let lane = Lane::open(root, name)?;
+    let _lock = lane.lock()?;
+    let mut card = lane.read()?;
+    check_named(name, Step::Reset, "resetter", &card.resetter, resetter)?;
+    // A reset that recorded itself but could not remove everything may finish.
+    if card.state != State::Reset {
+        allowed(name, card.state, Step::Reset)?;
+        let groups = end_groups(root, &card, grace);
+        card.reset = Some(Reset { by: card.resetter.clone(), at: now(), groups });
+        card.state = State::Reset;
+        card.event("reset", format!("reset by {}", card.resetter));
+        lane.write(&card)?;
+    }
+    let kits = kit_dir(root);
+    std::fs::create_dir_all(&kits).ctx("cannot create", &kits)?;
+    super::write_card(&Dir::open(&kits)?, &format!("{name}.{CARD_JSON}"), &format!("{name}.card.md"), &card)?;
+    Dir::open(root.join("lanes"))?.remove_tree(name)?;
+    Ok(card)
+}
+
+/// Ends each run's leftover process group, if it is still that group.
+fn end_groups(root: &Path, card: &Card, grace: Duration) -> Vec<String> {
+    let host = procinfo::hostname();
+    let mut steps = Vec::new();
+    for r in &card.replay.runs {
+        let recorded = RunDir::open(root, &r.run_id).ok().and_then(|d| manifest::read(&d.dir).ok());
+        if let Some(m) = &recorded
+            && m.host != host
+        {
+            steps.push(format!("run {}: ran on host `{}`; nothing signalled", r.run_id, m.host));
+            continue;
+        }
+        let child = recorded.and_then(|m| m.child).map(|c| (c.pgid, c.start_time));
+        match child.or(r.pgid.zip(r.start_time)) {
+            Some((pgid, start)) => steps.push(format!(
+                "run {}: {}",
+                r.run_id,
+                crate::reap::end_recorded_group(pgid, Some(start), grace)
+            )),
+            None => steps.push(format!("run {}: no process group recorded", r.run_id)),
+        }
+    }
+    steps
+}

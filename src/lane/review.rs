@@ -1,0 +1,168 @@
+//! `lane review`: a kit judged from the kit alone.
+//!
+//! The review verifies the kit against its checksum file, refuses a
+//! quarantine kit, restores it into a fresh directory under
+//! `ROOT/restores/` and rescans what it restored, as `runws restore` does.
+//! It accepts only the lane's current kit, so a review is always of what
+//! would be approved. Before running git in the restored repository it
+//! replaces `.git/config` with a fixed minimal one, so nothing in the kit
+//! chooses what git executes (filters, fsmonitor, external diffs); the diff
+//! stat goes through a scratch index, so the restored repository is as the
+//! kit holds it when `replay/eval.sh` runs, from `work/`, inside a clean
+//! `runws run` (the real binary: an environment built from empty, its own
+//! run id). The result is recorded on the lane's card.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::stat::SFlag;
+
+use super::card::{Card, Review, State};
+use super::{Lane, Step, allowed, git_clean, git_out, now};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{Dir, kind};
+use crate::seal::scan;
+
+/// What the review was asked to do.
+pub struct ReviewOptions {
+    pub timeout: Duration,
+    /// Keep the restored copy and say where it is.
+    pub keep: bool,
+}
+
+pub struct ReviewReport {
+    pub lane: String,
+    pub review: Review,
+    pub restored: Option<PathBuf>,
+}
+
+const MINIMAL_GIT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+
+/// Reviews `kit`: restores it, shows its diff, runs its eval in a clean
+/// run, and records the result on the lane's card.
+pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
+    if crate::restore::in_quarantine(kit) {
+        return Err(Error::LaneRefused(format!(
+            "`{}` is a quarantine kit: it failed the secret scan and is never reviewed",
+            kit.display()
+        )));
+    }
+    let sha = crate::restore::verify(kit)?;
+    let reviews = root.join("restores");
+    std::fs::create_dir_all(&reviews).ctx("cannot create", &reviews)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("review-")
+        .tempdir_in(&reviews)
+        .ctx("cannot create a directory in", &reviews)?;
+    let restored = tmp.path().join("kit");
+    crate::restore::restore(kit, &restored)?;
+    let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
+    if !findings.is_empty() {
+        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.display()), count: findings.len() });
+    }
+    let rdir = Dir::open(&restored)?;
+    let kit_card = super::read_card(&rdir, "in the kit")?;
+    let ticket = std::fs::read_to_string(restored.join("TICKET")).unwrap_or_default();
+    if ticket.lines().next() != Some(kit_card.ticket.as_str()) {
+        return Err(Error::LaneRefused(format!("kit `{}`: its TICKET and its card disagree", kit.display())));
+    }
+    let lane = Lane::open(root, &kit_card.lane)?;
+    let base = {
+        let card = lane.read()?;
+        allowed(&lane.name, card.state, Step::Review)?;
+        current_kit(&lane.name, &card, &sha)?;
+        card.base_commit
+    };
+
+    let work = restored.join("work");
+    let wdir = rdir.sub("work")?;
+    if wdir.lstat(".git")?.is_none_or(|st| kind(&st) != SFlag::S_IFDIR) {
+        return Err(Error::LaneRefused(format!("kit `{}`: work/.git is not a directory", kit.display())));
+    }
+    wdir.sub(".git")?.write_atomic("config", MINIMAL_GIT_CONFIG.as_bytes(), 0o644, false)?;
+    let diff_stat = diff_stat(&work, &base, &tmp.path().join("index"))?;
+
+    let run_id = crate::workspace::new_run_id();
+    let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
+    let status = std::process::Command::new(exe)
+        .arg("--root")
+        .arg(root)
+        .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
+        .arg("--timeout")
+        .arg(format!("{}ms", opts.timeout.as_millis().max(1)))
+        .arg("--cwd")
+        .arg(&work)
+        .arg("--")
+        .arg(restored.join("replay").join("eval.sh"))
+        .env_remove("RUNWS_DIR")
+        .env_remove("RUNWS_RUN_ID")
+        .stdin(Stdio::null())
+        .status()
+        .ctx("cannot start", "runws run")?;
+    let code = status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + status.signal().unwrap_or(0)
+    });
+    let review = Review {
+        result: if code == 0 { "pass".into() } else { "fail".into() },
+        kit: kit.display().to_string(),
+        kit_sha256: sha.clone(),
+        eval_exit_code: code,
+        run_id,
+        diff_stat,
+        at: now(),
+    };
+    lane.update(|card| {
+        allowed(&lane.name, card.state, Step::Review)?;
+        current_kit(&lane.name, card, &sha)?;
+        card.review = Some(review.clone());
+        card.state = State::Reviewed;
+        card.event("review", format!("{} (eval exit {code}, run {})", review.result, review.run_id));
+        Ok(())
+    })?;
+    let restored = if opts.keep { Some(tmp.keep().join("kit")) } else { None };
+    Ok(ReviewReport { lane: lane.name, review, restored })
+}
+
+/// Refuses a kit that is not the lane's current one.
+fn current_kit(lane: &str, card: &Card, sha: &str) -> Result<()> {
+    match &card.kit {
+        Some(k) if k.sha256 == sha => Ok(()),
+        Some(k) => Err(Error::LaneRefused(format!(
+            "this kit (sha256 {sha}) is not lane `{lane}`'s current kit `{}` (sha256 {})",
+            k.path, k.sha256
+        ))),
+        None => Err(Error::LaneRefused(format!("lane `{lane}` has no kit on its card"))),
+    }
+}
+
+/// `git diff --stat` of everything in `work` (ignored files too) against
+/// `base`, through a scratch index so the restored repository is unchanged.
+fn diff_stat(work: &Path, base: &str, index: &Path) -> Result<String> {
+    let mut c = git_clean(work);
+    c.env("GIT_INDEX_FILE", index).args(["add", "-A", "-f", "--", "."]);
+    git_out(c, "stage the restored work/ in a scratch index")?;
+    let mut c = git_clean(work);
+    c.args(["cat-file", "-e"]).arg(format!("{base}^{{commit}}"));
+    let (against, note) = if git_out(c, "find the base commit").is_ok() {
+        (base.to_string(), "")
+    } else {
+        // The empty tree: everything shows as added.
+        (
+            "4b825dc642cb6eb9a060e54bf8d69288fbee4904".to_string(),
+            " (the base commit is missing: against nothing)",
+        )
+    };
+    let mut c = git_clean(work);
+    c.env("GIT_INDEX_FILE", index).args([
+        "diff",
+        "--cached",
+        "--stat",
+        "--no-ext-diff",
+        "--no-textconv",
+        &against,
+    ]);
+    let stat = git_out(c, "show the diff stat")?;
+    Ok(format!("{stat}{note}"))
+}
