@@ -80,6 +80,24 @@ pub enum Error {
         source: io::Error,
     },
 
+    #[error("lease `{key}` is held by `{holder}` (token {token}) for another {expires_in:.1?}")]
+    LeaseHeld { key: String, holder: String, token: u64, expires_in: std::time::Duration },
+
+    #[error("`{holder}` does not hold the lease `{key}`: {why}")]
+    NotLeaseHolder { key: String, holder: String, why: String },
+
+    #[error("stale fence for `{key}`: offered {offered}, highest seen {highest}{}", if *.same_fence { " with other bytes" } else { "" })]
+    StaleFence { key: String, offered: u64, highest: u64, same_fence: bool },
+
+    #[error("cannot reach the store `{store}`: {why}")]
+    StoreUnreachable { store: String, why: String },
+
+    #[error("store `{store}` failed to {op}: {why}")]
+    Store { store: String, op: &'static str, why: String },
+
+    #[error("store state `{}` is corrupt: {why}", path.display())]
+    StoreCorrupt { path: PathBuf, why: String },
+
     #[error("{0}")]
     Other(String),
 }
@@ -94,6 +112,10 @@ impl Error {
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,
             Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
+            // A lease that is no longer yours is, to the caller, a lease held
+            // elsewhere: stop working on what it guarded.
+            Error::LeaseHeld { .. } | Error::NotLeaseHolder { .. } => exit::LEASE_HELD,
+            Error::StaleFence { .. } => exit::STALE_FENCE,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }
             | Error::Usage(_)
@@ -105,6 +127,9 @@ impl Error {
             | Error::ImportRefused { .. }
             | Error::Symlink { .. }
             | Error::SpecialFile { .. }
+            | Error::StoreUnreachable { .. }
+            | Error::Store { .. }
+            | Error::StoreCorrupt { .. }
             | Error::Other(_) => exit::FAILURE,
         }
     }

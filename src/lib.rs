@@ -10,4 +10,5 @@ pub mod exit;
 pub mod fsx;
 pub mod manifest;
 pub mod procinfo;
+pub mod store;
 pub mod workspace;

@@ -1,0 +1,282 @@
+//! The embedded store: leases on the local file system, for every process
+//! of one machine.
+//!
+//! Each key has a directory `DIR/leases/<encoded key>/` holding
+//! `lease.json`. Every decision takes an exclusive `flock` on that directory,
+//! reads the state, and writes the new state atomically and durably (temp
+//! file, fsync, rename, directory fsync) before it answers. The lock dies
+//! with its process, so a process killed mid-acquire leaves either the old
+//! state or the new one; a token is returned only after it is on disk, and
+//! the next grant starts from what is on disk, so no token is ever issued
+//! twice. Expiry is read from the local clock, which all the store's users
+//! share. Published payloads live in the directory sink `DIR/sink/`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::sink::to_json;
+use super::{
+    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
+    check_ttl, encode_key,
+};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::Dir;
+use crate::manifest::{format_time, parse_time};
+
+const LEASES: &str = "leases";
+const SINK: &str = "sink";
+const STATE: &str = "lease.json";
+
+/// One key's state, as `lease.json` holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    key: String,
+    /// The highest token ever issued; kept through release and expiry.
+    token: u64,
+    holder: Option<String>,
+    /// RFC 3339, UTC, milliseconds.
+    expires_at: Option<String>,
+}
+
+pub struct FileStore {
+    root: PathBuf,
+    leases: Dir,
+}
+
+impl FileStore {
+    /// Opens the store in `root`, creating it if needed.
+    pub fn open(root: &Path) -> Result<FileStore> {
+        std::fs::create_dir_all(root).ctx("cannot create the store", root)?;
+        let dir = Dir::open(root)?;
+        dir.mkdir_if_missing(LEASES, 0o755)?;
+        let leases = dir.sub(LEASES)?;
+        Ok(FileStore {
+            root: root.to_path_buf(),
+            leases,
+        })
+    }
+
+    /// Runs `decide` on the key's state under the key's lock, and makes the
+    /// state it returns durable before returning its answer.
+    fn with_key<T>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(State, SystemTime) -> Result<(T, Option<State>)>,
+    ) -> Result<T> {
+        let name = encode_key(key);
+        match self.leases.mkdir(&name, 0o755) {
+            // The new directory's entry must survive a crash along with the
+            // state written into it.
+            Ok(()) => self.leases.sync()?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("cannot create", self.leases.join(&name), e)),
+        }
+        let dir = self.leases.sub(&name)?;
+        let _lock = dir.lock()?;
+        let state = read_state(&dir, key)?.unwrap_or(State {
+            key: key.to_string(),
+            token: 0,
+            holder: None,
+            expires_at: None,
+        });
+        // Read the clock only once the lock is held, so the decision uses the
+        // time it is made at.
+        let (answer, new) = decide(state, SystemTime::now())?;
+        if let Some(new) = new {
+            dir.write_atomic(STATE, &to_json(&new), 0o644, true)?;
+        }
+        Ok(answer)
+    }
+
+    fn try_acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Attempt> {
+        self.with_key(key, |state, now| {
+            if let (Some(current), Some(until)) = (&state.holder, expiry(&state, &self.root)?)
+                && until > now
+            {
+                let expires_in = until.duration_since(now).unwrap_or_default();
+                let held = Attempt::Held {
+                    holder: current.clone(),
+                    token: state.token,
+                    expires_in,
+                };
+                return Ok((held, None));
+            }
+            let token = state
+                .token
+                .checked_add(1)
+                .ok_or_else(|| Error::StoreCorrupt {
+                    path: self.state_path(key),
+                    why: "the token counter is exhausted".into(),
+                })?;
+            let expires_at = format_time(now + ttl);
+            let lease = Lease {
+                key: key.to_string(),
+                holder: holder.to_string(),
+                token,
+                expires_at: parsed(&expires_at)?,
+            };
+            let new = State {
+                key: key.to_string(),
+                token,
+                holder: Some(holder.to_string()),
+                expires_at: Some(expires_at),
+            };
+            Ok((Attempt::Granted(lease), Some(new)))
+        })
+    }
+
+    fn state_path(&self, key: &str) -> PathBuf {
+        self.leases.join(encode_key(key)).join(STATE)
+    }
+
+    fn sink(&self) -> PathBuf {
+        self.root.join(SINK)
+    }
+}
+
+impl Store for FileStore {
+    fn acquire(&mut self, key: &str, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_key(key)?;
+        check_holder(holder)?;
+        check_ttl(ttl)?;
+        acquire_with_wait(key, wait, || self.try_acquire(key, holder, ttl))
+    }
+
+    fn renew(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Lease> {
+        check_key(key)?;
+        check_holder(holder)?;
+        check_ttl(ttl)?;
+        self.with_key(key, |state, now| {
+            // Still the recorded holder means nobody took the lease since,
+            // even if it ran out: the token is still the highest, so renewing
+            // is safe.
+            if state.holder.as_deref() != Some(holder) {
+                return Err(not_holder(key, holder, &state, now, &self.root));
+            }
+            let expires_at = format_time(now + ttl);
+            let lease = Lease {
+                key: key.to_string(),
+                holder: holder.to_string(),
+                token: state.token,
+                expires_at: parsed(&expires_at)?,
+            };
+            Ok((
+                lease,
+                Some(State {
+                    expires_at: Some(expires_at),
+                    ..state
+                }),
+            ))
+        })
+    }
+
+    fn release(&mut self, key: &str, holder: &str) -> Result<()> {
+        check_key(key)?;
+        check_holder(holder)?;
+        self.with_key(key, |state, now| {
+            if state.holder.as_deref() != Some(holder) {
+                return Err(not_holder(key, holder, &state, now, &self.root));
+            }
+            Ok((
+                (),
+                Some(State {
+                    holder: None,
+                    expires_at: None,
+                    ..state
+                }),
+            ))
+        })
+    }
+
+    fn show(&mut self, key: &str) -> Result<LeaseInfo> {
+        check_key(key)?;
+        let name = encode_key(key);
+        // A reader needs no lock: the state file is only ever replaced whole.
+        let state = match self.leases.lstat(&name)? {
+            Some(_) => read_state(&self.leases.sub(&name)?, key)?,
+            None => None,
+        };
+        let Some(state) = state else {
+            return Ok(LeaseInfo {
+                key: key.to_string(),
+                holder: None,
+                token: 0,
+                expires_at: None,
+                expired: false,
+            });
+        };
+        let expires_at = expiry(&state, &self.root)?;
+        let expired = state.holder.is_some() && expires_at.is_some_and(|t| t <= SystemTime::now());
+        Ok(LeaseInfo {
+            key: key.to_string(),
+            holder: state.holder,
+            token: state.token,
+            expires_at,
+            expired,
+        })
+    }
+
+    fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
+        super::publish_to_dir(&self.sink(), key, fence, payload)
+    }
+
+    fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        super::read_from_dir(&self.sink(), key)
+    }
+}
+
+fn read_state(dir: &Dir, key: &str) -> Result<Option<State>> {
+    let path = dir.join(STATE);
+    let Some(mut file) = dir.open_read(STATE)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ctx("cannot read", &path)?;
+    let state: State = serde_json::from_slice(&bytes).map_err(|e| Error::StoreCorrupt {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    if state.key != key {
+        return Err(Error::StoreCorrupt {
+            path,
+            why: format!("it records the key `{}`", state.key),
+        });
+    }
+    Ok(Some(state))
+}
+
+fn parsed(time: &str) -> Result<SystemTime> {
+    parse_time(time).ok_or_else(|| Error::Other(format!("cannot read back the time `{time}`")))
+}
+
+fn expiry(state: &State, root: &Path) -> Result<Option<SystemTime>> {
+    match &state.expires_at {
+        None => Ok(None),
+        Some(t) => parse_time(t).map(Some).ok_or_else(|| Error::StoreCorrupt {
+            path: root.join(LEASES).join(encode_key(&state.key)).join(STATE),
+            why: format!("`{t}` is not a time"),
+        }),
+    }
+}
+
+fn not_holder(key: &str, holder: &str, state: &State, now: SystemTime, root: &Path) -> Error {
+    let why = match &state.holder {
+        None if state.token == 0 => "nobody has held it".to_string(),
+        None => "it was released".to_string(),
+        Some(other) => match expiry(state, root) {
+            Ok(Some(t)) if t <= now => format!(
+                "it is held by `{other}` (token {}), whose lease expired",
+                state.token
+            ),
+            _ => format!("it is held by `{other}` (token {})", state.token),
+        },
+    };
+    Error::NotLeaseHolder {
+        key: key.to_string(),
+        holder: holder.to_string(),
+        why,
+    }
+}
