@@ -2,7 +2,7 @@
 //! the sink never goes back to an older token.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Fixture, Rng, assert_stale};
@@ -22,13 +22,15 @@ struct Hold {
 pub(super) fn concurrent_holders_never_overlap(f: &dyn Fixture) {
     let key = f.key("contended");
     let holds = Mutex::new(Vec::new());
-    let done = AtomicBool::new(false);
+    // Workers still running; each one's guard counts it out even when it
+    // panics, so the watcher always stops and the failure is reported.
+    let running = AtomicUsize::new(THREADS);
     std::thread::scope(|scope| {
         let watcher = scope.spawn(|| {
             let mut store = f.open();
             let mut last = 0;
             let mut reads = 0;
-            while !done.load(Ordering::Acquire) {
+            while running.load(Ordering::Acquire) > 0 {
                 if let Some((fence, bytes)) = store.read_published(&key).unwrap() {
                     assert!(
                         fence >= last,
@@ -48,14 +50,15 @@ pub(super) fn concurrent_holders_never_overlap(f: &dyn Fixture) {
         });
         let workers: Vec<_> = (0..THREADS)
             .map(|i| {
-                let (key, holds) = (&key, &holds);
+                let (key, holds, running) = (&key, &holds, &running);
                 scope.spawn(move || {
+                    let _counted = CountsOut(running);
                     let mut store = f.open();
                     let mut rng = Rng::new(i as u64);
                     let holder = format!("worker-{i}");
                     let mut mine = Vec::new();
                     for _ in 0..ROUNDS {
-                        let lease = store.acquire(key, &holder, Duration::from_secs(20), Duration::from_secs(60)).unwrap();
+                        let lease = store.acquire(key, &holder, Duration::from_secs(5), Duration::from_secs(60)).unwrap();
                         let from = Instant::now();
                         // The previous holder published with a lower token.
                         if let Some((fence, _)) = store.read_published(key).unwrap() {
@@ -81,7 +84,6 @@ pub(super) fn concurrent_holders_never_overlap(f: &dyn Fixture) {
         for w in workers {
             w.join().unwrap();
         }
-        done.store(true, Ordering::Release);
         assert!(watcher.join().unwrap() > 0);
     });
 
@@ -110,4 +112,12 @@ pub(super) fn concurrent_holders_never_overlap(f: &dyn Fixture) {
         last - 1,
         last,
     );
+}
+
+struct CountsOut<'a>(&'a AtomicUsize);
+
+impl Drop for CountsOut<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
