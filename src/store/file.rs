@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::sink::to_json;
 use super::{
     Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
-    check_ttl, encode_key,
+    check_ttl, encode_key, open_dir_durable, subdir_durable,
 };
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
@@ -49,10 +49,8 @@ pub struct FileStore {
 impl FileStore {
     /// Opens the store in `root`, creating it if needed.
     pub fn open(root: &Path) -> Result<FileStore> {
-        std::fs::create_dir_all(root).ctx("cannot create the store", root)?;
-        let dir = Dir::open(root)?;
-        dir.mkdir_if_missing(LEASES, 0o755)?;
-        let leases = dir.sub(LEASES)?;
+        let dir = open_dir_durable(root)?;
+        let leases = subdir_durable(&dir, LEASES)?;
         Ok(FileStore {
             root: root.to_path_buf(),
             leases,
@@ -67,14 +65,7 @@ impl FileStore {
         decide: impl FnOnce(State, SystemTime) -> Result<(T, Option<State>)>,
     ) -> Result<T> {
         let name = encode_key(key);
-        match self.leases.mkdir(&name, 0o755) {
-            // The new directory's entry must survive a crash along with the
-            // state written into it.
-            Ok(()) => self.leases.sync()?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io("cannot create", self.leases.join(&name), e)),
-        }
-        let dir = self.leases.sub(&name)?;
+        let dir = subdir_durable(&self.leases, &name)?;
         let _lock = dir.lock()?;
         let state = read_state(&dir, key)?.unwrap_or(State {
             key: key.to_string(),

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::Dir;
 
 pub use sink::{publish_to_dir, read_from_dir};
 
@@ -277,6 +278,29 @@ pub fn encode_key(key: &str) -> String {
     out.push('~');
     out.push_str(&sha256_hex(key.as_bytes())[..32]);
     out
+}
+
+/// Opens `path` as a directory, creating it and its parents if needed, and
+/// making a new directory's entry durable: a token or fence written inside
+/// must not vanish with a directory entry lost in a crash.
+pub(crate) fn open_dir_durable(path: &Path) -> Result<Dir> {
+    if !path.is_dir() {
+        std::fs::create_dir_all(path).ctx("cannot create", path)?;
+        if let Some(parent) = path.parent() {
+            Dir::open(parent)?.sync()?;
+        }
+    }
+    Dir::open(path)
+}
+
+/// Opens the subdirectory `name` of `parent`, creating it durably if needed.
+pub(crate) fn subdir_durable(parent: &Dir, name: &str) -> Result<Dir> {
+    match parent.mkdir(name, 0o755) {
+        Ok(()) => parent.sync()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("cannot create", parent.join(name), e)),
+    }
+    parent.sub(name)
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {

@@ -13,13 +13,17 @@
 
 use std::time::{Duration, SystemTime};
 
-use postgres::{Client, NoTls, Row};
+use std::collections::HashMap;
+
+use postgres::{Client, NoTls, Row, Statement};
 
 use super::{
     Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
     check_ttl, redact_url,
 };
 use crate::error::{Error, Result};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The tables carry a schema version in their names, so a later layout can
 /// live beside this one instead of migrating it in place.
@@ -88,32 +92,52 @@ const PUBLISHED_SAME: &str = "SELECT fencing_token, payload = $2 FROM runws_sink
 const READ_PUBLISHED: &str = "SELECT fencing_token, payload FROM runws_sink_v1 WHERE key = $1";
 
 pub struct PgStore {
-    url: String,
-    /// Redacted, for messages.
+    config: postgres::Config,
+    /// The URL with its password hidden, for messages.
     shown: String,
     /// `None` after the connection broke; the next call reconnects.
-    client: Option<Client>,
+    conn: Option<Conn>,
+}
+
+struct Conn {
+    client: Client,
+    /// Each statement is parsed once per connection, not once per call.
+    prepared: HashMap<&'static str, Statement>,
 }
 
 impl PgStore {
     /// Connects and creates the tables if they are missing.
     pub fn connect(url: &str) -> Result<PgStore> {
+        let shown = redact_url(url);
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e| Error::Usage(format!("invalid PostgreSQL URL `{shown}`: {e}")))?;
+        // An unreachable host should fail in seconds, not after the
+        // system's TCP timeout.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("runws");
+        }
         let mut store = PgStore {
-            url: url.to_string(),
-            shown: redact_url(url),
-            client: None,
+            config,
+            shown,
+            conn: None,
         };
-        store.client()?;
+        store.conn()?;
         Ok(store)
     }
 
-    fn client(&mut self) -> Result<&mut Client> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
-            self.client = None;
+    fn conn(&mut self) -> Result<&mut Conn> {
+        if self.conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            self.conn = None;
         }
-        if self.client.is_none() {
-            let mut client =
-                Client::connect(&self.url, NoTls).map_err(|e| Error::StoreUnreachable {
+        if self.conn.is_none() {
+            let mut client = self
+                .config
+                .connect(NoTls)
+                .map_err(|e| Error::StoreUnreachable {
                     store: self.shown.clone(),
                     why: e.to_string(),
                 })?;
@@ -121,9 +145,12 @@ impl PgStore {
                 .batch_execute("SET synchronous_commit TO on")
                 .and_then(|()| create_schema(&mut client));
             setup.map_err(|e| self.failure("create its tables", e))?;
-            self.client = Some(client);
+            self.conn = Some(Conn {
+                client,
+                prepared: HashMap::new(),
+            });
         }
-        self.client
+        self.conn
             .as_mut()
             .ok_or_else(|| Error::Other("the connection vanished".into()))
     }
@@ -134,17 +161,24 @@ impl PgStore {
     fn query(
         &mut self,
         op: &'static str,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        let result = self.client()?.query(sql, params);
+        let conn = self.conn()?;
+        let result = match conn.prepared.get(sql) {
+            Some(stmt) => conn.client.query(stmt, params),
+            None => conn.client.prepare(sql).and_then(|stmt| {
+                conn.prepared.insert(sql, stmt.clone());
+                conn.client.query(&stmt, params)
+            }),
+        };
         result.map_err(|e| self.failure(op, e))
     }
 
     fn failure(&mut self, op: &'static str, e: postgres::Error) -> Error {
-        let broken = e.is_closed() || self.client.as_ref().is_none_or(Client::is_closed);
+        let broken = e.is_closed() || self.conn.as_ref().is_none_or(|c| c.client.is_closed());
         if broken {
-            self.client = None;
+            self.conn = None;
             return Error::StoreUnreachable {
                 store: self.shown.clone(),
                 why: e.to_string(),
@@ -328,6 +362,17 @@ impl Store for PgStore {
 }
 
 fn create_schema(client: &mut Client) -> Result<(), postgres::Error> {
+    // Once the tables exist, touch nothing: creating needs a privilege on
+    // the schema that a user of existing tables need not have.
+    let present: bool = client
+        .query_one(
+            "SELECT to_regclass('runws_leases_v1') IS NOT NULL AND to_regclass('runws_sink_v1') IS NOT NULL",
+            &[],
+        )?
+        .try_get(0)?;
+    if present {
+        return Ok(());
+    }
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
     tx.batch_execute(SCHEMA)?;

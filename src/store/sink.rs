@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PublishOutcome, check_key, encode_key, sha256_hex};
+use super::{PublishOutcome, check_key, encode_key, open_dir_durable, sha256_hex, subdir_durable};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
 
@@ -43,10 +43,8 @@ struct FenceRecord {
 /// highest fence recorded for `key`, or equal with identical bytes.
 pub fn publish_to_dir(dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
     check_key(key)?;
-    std::fs::create_dir_all(dir).ctx("cannot create the sink", dir)?;
-    let sink = Dir::open(dir)?;
-    sink.mkdir_if_missing(FENCE_DIR, 0o755)?;
-    let fences = sink.sub(FENCE_DIR)?;
+    let sink = open_dir_durable(dir)?;
+    let fences = subdir_durable(&sink, FENCE_DIR)?;
     let _lock = fences.lock()?;
 
     let name = encode_key(key);

@@ -119,6 +119,73 @@ both_stores!(
     rejects_bad_input,
 );
 
+#[test]
+fn encoded_keys_are_safe_and_distinct() {
+    use crate::store::encode_key;
+    let long_a = format!("{}a", "x/".repeat(200));
+    let long_b = format!("{}b", "x/".repeat(200));
+    let keys = [
+        "a", ".", "..", "...", ".a", "a.", "a/b", "a%2Fb", "a~b", "~", "%", " ", "ü", "\\",
+        &long_a, &long_b,
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for key in keys {
+        let name = encode_key(key);
+        crate::fsx::check_name(&name).unwrap();
+        assert!(!name.starts_with('.'), "{name}");
+        assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"%~_.-".contains(&b)),
+            "{name}"
+        );
+        assert!(seen.insert(name.clone()), "two keys share {name}");
+    }
+    assert_eq!(
+        encode_key("nightly-report/2026-11-30"),
+        "nightly-report%2F2026-11-30"
+    );
+    assert!(encode_key(&long_a).contains('~') && encode_key(&long_a).len() < 140);
+}
+
+#[test]
+fn urls_are_shown_without_passwords() {
+    use crate::store::redact_url;
+    assert_eq!(
+        redact_url("postgres://u:fake-pw@h:5432/db"),
+        "postgres://u:***@h:5432/db"
+    );
+    assert_eq!(
+        redact_url("postgresql://h/db?user=u&password=fake-pw"),
+        "postgresql://h/db?user=u&password=***"
+    );
+    assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+
+    let e = open("postgres://u:fake-pw@127.0.0.1:1/db").err().unwrap();
+    assert!(matches!(e, Error::StoreUnreachable { .. }), "{e}");
+    assert!(!e.to_string().contains("fake-pw"), "{e}");
+    assert_eq!(e.exit_code(), crate::exit::FAILURE);
+    assert!(matches!(open("redis://h").err().unwrap(), Error::Usage(_)));
+    assert!(matches!(open("file:").err().unwrap(), Error::Usage(_)));
+}
+
+#[test]
+fn default_store_is_under_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = crate::store::default_url(tmp.path());
+    assert_eq!(url, format!("file:{}/store", tmp.path().display()));
+    let mut store = open(&url).unwrap();
+    assert_eq!(
+        store
+            .acquire("k", "h", Duration::from_secs(5), Duration::ZERO)
+            .unwrap()
+            .token,
+        1
+    );
+    assert!(tmp.path().join("store/leases/k/lease.json").is_file());
+    let mut again = open(&format!("file://{}/store", tmp.path().display())).unwrap();
+    assert_eq!(again.show("k").unwrap().token, 1);
+}
+
 /// A small, seedable generator for test timings; no crate needed for this.
 pub(super) struct Rng(u64);
 
