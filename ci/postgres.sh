@@ -12,6 +12,9 @@
 # lines goes to stderr. Run again with RUNWS_PG_DIR set to a live cluster, it
 # only prints the exports again.
 #
+# The cluster lives in /tmp (or RUNWS_PG_PARENT), which the server's
+# account must be able to enter.
+#
 # `ctl DIR start|stop` starts or stops that cluster; RUNWS_TEST_PG_CTL is this
 # command without its last word, so the restart test can run `$CTL stop` and
 # `$CTL start`.
@@ -125,7 +128,9 @@ start() {
     local bin user dir port tries
     bin=$(bin_dir)
     user=$(server_user)
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/runws-pg.XXXXXX")
+    # Not $TMPDIR: the server's account must be able to reach the directory,
+    # and a private TMPDIR (mode 700) would shut it out.
+    dir=$(mktemp -d "${RUNWS_PG_PARENT:-/tmp}/runws-pg.XXXXXX")
     touch "$dir/$MARKER"
     echo "$user" >"$dir/user"
     printf '%s\n' "$PG_PASSWORD" >"$dir/pwfile"
