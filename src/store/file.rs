@@ -11,7 +11,6 @@
 //! twice. Expiry is read from the local clock, which all the store's users
 //! share. Published payloads live in the directory sink `DIR/sink/`.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -20,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use super::sink::to_json;
 use super::{
     Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
-    check_ttl, encode_key, open_dir_durable, subdir_durable,
+    check_request, encode_key, not_holder, open_dir_durable, read_record, subdir_durable,
 };
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::fsx::Dir;
 use crate::manifest::{format_time, parse_time};
 
@@ -130,22 +129,18 @@ impl FileStore {
 
 impl Store for FileStore {
     fn acquire(&mut self, key: &str, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_key(key)?;
-        check_holder(holder)?;
-        check_ttl(ttl)?;
+        check_request(key, holder, ttl)?;
         acquire_with_wait(key, wait, || self.try_acquire(key, holder, ttl))
     }
 
     fn renew(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Lease> {
-        check_key(key)?;
-        check_holder(holder)?;
-        check_ttl(ttl)?;
+        check_request(key, holder, ttl)?;
         self.with_key(key, |state, now| {
             // Still the recorded holder means nobody took the lease since,
             // even if it ran out: the token is still the highest, so renewing
             // is safe.
             if state.holder.as_deref() != Some(holder) {
-                return Err(not_holder(key, holder, &state, now, &self.root));
+                return Err(not_holder(holder, &info(&state, now, &self.root)?));
             }
             let expires_at = format_time(now + ttl);
             let lease = Lease {
@@ -169,7 +164,7 @@ impl Store for FileStore {
         check_holder(holder)?;
         self.with_key(key, |state, now| {
             if state.holder.as_deref() != Some(holder) {
-                return Err(not_holder(key, holder, &state, now, &self.root));
+                return Err(not_holder(holder, &info(&state, now, &self.root)?));
             }
             Ok((
                 (),
@@ -190,24 +185,10 @@ impl Store for FileStore {
             Some(_) => read_state(&self.leases.sub(&name)?, key)?,
             None => None,
         };
-        let Some(state) = state else {
-            return Ok(LeaseInfo {
-                key: key.to_string(),
-                holder: None,
-                token: 0,
-                expires_at: None,
-                expired: false,
-            });
-        };
-        let expires_at = expiry(&state, &self.root)?;
-        let expired = state.holder.is_some() && expires_at.is_some_and(|t| t <= SystemTime::now());
-        Ok(LeaseInfo {
-            key: key.to_string(),
-            holder: state.holder,
-            token: state.token,
-            expires_at,
-            expired,
-        })
+        match state {
+            Some(state) => info(&state, SystemTime::now(), &self.root),
+            None => Ok(LeaseInfo::never_held(key)),
+        }
     }
 
     fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
@@ -220,23 +201,7 @@ impl Store for FileStore {
 }
 
 fn read_state(dir: &Dir, key: &str) -> Result<Option<State>> {
-    let path = dir.join(STATE);
-    let Some(mut file) = dir.open_read(STATE)? else {
-        return Ok(None);
-    };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ctx("cannot read", &path)?;
-    let state: State = serde_json::from_slice(&bytes).map_err(|e| Error::StoreCorrupt {
-        path: path.clone(),
-        why: e.to_string(),
-    })?;
-    if state.key != key {
-        return Err(Error::StoreCorrupt {
-            path,
-            why: format!("it records the key `{}`", state.key),
-        });
-    }
-    Ok(Some(state))
+    read_record(dir, STATE, key, |s: &State| &s.key)
 }
 
 fn parsed(time: &str) -> Result<SystemTime> {
@@ -253,21 +218,13 @@ fn expiry(state: &State, root: &Path) -> Result<Option<SystemTime>> {
     }
 }
 
-fn not_holder(key: &str, holder: &str, state: &State, now: SystemTime, root: &Path) -> Error {
-    let why = match &state.holder {
-        None if state.token == 0 => "nobody has held it".to_string(),
-        None => "it was released".to_string(),
-        Some(other) => match expiry(state, root) {
-            Ok(Some(t)) if t <= now => format!(
-                "it is held by `{other}` (token {}), whose lease expired",
-                state.token
-            ),
-            _ => format!("it is held by `{other}` (token {})", state.token),
-        },
-    };
-    Error::NotLeaseHolder {
-        key: key.to_string(),
-        holder: holder.to_string(),
-        why,
-    }
+fn info(state: &State, now: SystemTime, root: &Path) -> Result<LeaseInfo> {
+    let expires_at = expiry(state, root)?;
+    Ok(LeaseInfo {
+        key: state.key.clone(),
+        holder: state.holder.clone(),
+        token: state.token,
+        expires_at,
+        expired: state.holder.is_some() && expires_at.is_some_and(|t| t <= now),
+    })
 }

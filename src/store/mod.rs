@@ -170,13 +170,88 @@ fn check_id(s: &str, whys: [&'static str; 3]) -> Result<()> {
     })
 }
 
-pub(crate) fn check_ttl(ttl: Duration) -> Result<()> {
+/// Checks the arguments of an acquire or a renewal.
+pub(crate) fn check_request(key: &str, holder: &str, ttl: Duration) -> Result<()> {
+    check_key(key)?;
+    check_holder(holder)?;
+    check_ttl(ttl)
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
     if ttl.is_zero() || ttl > MAX_TTL {
         return Err(Error::Usage(format!(
             "a lease lasts more than 0 and at most 100 years, not {ttl:?}"
         )));
     }
     Ok(())
+}
+
+impl LeaseInfo {
+    /// A key nobody has ever held.
+    pub(crate) fn never_held(key: &str) -> LeaseInfo {
+        LeaseInfo {
+            key: key.to_string(),
+            holder: None,
+            token: 0,
+            expires_at: None,
+            expired: false,
+        }
+    }
+}
+
+/// The refusal for `holder`, who does not hold the lease `info` describes.
+pub(crate) fn not_holder(holder: &str, info: &LeaseInfo) -> Error {
+    let why = match &info.holder {
+        None if info.token == 0 => "nobody has held it".to_string(),
+        None => "it was released".to_string(),
+        Some(other) if info.expired => format!(
+            "it is held by `{other}` (token {}), whose lease expired",
+            info.token
+        ),
+        Some(other) => format!("it is held by `{other}` (token {})", info.token),
+    };
+    Error::NotLeaseHolder {
+        key: info.key.clone(),
+        holder: holder.to_string(),
+        why,
+    }
+}
+
+/// Reads the JSON record `name` in `dir`, which must name `key` as its own
+/// (`key_of`): a record found under another key's name is corruption.
+pub(crate) fn read_record<T: serde::de::DeserializeOwned>(
+    dir: &Dir,
+    name: &str,
+    key: &str,
+    key_of: impl Fn(&T) -> &str,
+) -> Result<Option<T>> {
+    let path = dir.join(name);
+    let Some(bytes) = read_file(dir, name)? else {
+        return Ok(None);
+    };
+    let record: T = serde_json::from_slice(&bytes).map_err(|e| Error::StoreCorrupt {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    if key_of(&record) != key {
+        return Err(Error::StoreCorrupt {
+            path,
+            why: format!("it records the key `{}`", key_of(&record)),
+        });
+    }
+    Ok(Some(record))
+}
+
+/// The whole regular file `name` in `dir`, refusing symlinks.
+pub(crate) fn read_file(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let Some(mut f) = dir.open_read(name)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .ctx("cannot read", dir.join(name))?;
+    Ok(Some(bytes))
 }
 
 /// What one attempt to take a lease found.

@@ -19,7 +19,7 @@ use postgres::{Client, NoTls, Row, Statement};
 
 use super::{
     Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
-    check_ttl, redact_url,
+    check_request, not_holder, redact_url,
 };
 use crate::error::{Error, Result};
 
@@ -229,21 +229,7 @@ impl PgStore {
 
     /// The error for a holder that does not hold `key`, saying who does.
     fn not_holder(&mut self, key: &str, holder: &str) -> Result<Error> {
-        let info = self.show(key)?;
-        let why = match (&info.holder, info.expired) {
-            (None, _) if info.token == 0 => "nobody has held it".to_string(),
-            (None, _) => "it was released".to_string(),
-            (Some(other), true) => format!(
-                "it is held by `{other}` (token {}), whose lease expired",
-                info.token
-            ),
-            (Some(other), false) => format!("it is held by `{other}` (token {})", info.token),
-        };
-        Ok(Error::NotLeaseHolder {
-            key: key.to_string(),
-            holder: holder.to_string(),
-            why,
-        })
+        Ok(not_holder(holder, &self.show(key)?))
     }
 
     fn decode(&self, e: postgres::Error) -> Error {
@@ -257,16 +243,12 @@ impl PgStore {
 
 impl Store for PgStore {
     fn acquire(&mut self, key: &str, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
-        check_key(key)?;
-        check_holder(holder)?;
-        check_ttl(ttl)?;
+        check_request(key, holder, ttl)?;
         acquire_with_wait(key, wait, || self.try_acquire(key, holder, ttl))
     }
 
     fn renew(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Lease> {
-        check_key(key)?;
-        check_holder(holder)?;
-        check_ttl(ttl)?;
+        check_request(key, holder, ttl)?;
         let sent_at = SystemTime::now();
         let rows = self.query("renew a lease", RENEW, &[&key, &holder, &micros(ttl)])?;
         match rows.first() {
@@ -294,13 +276,7 @@ impl Store for PgStore {
         check_key(key)?;
         let rows = self.query("read a lease", SHOW, &[&key])?;
         let Some(row) = rows.first() else {
-            return Ok(LeaseInfo {
-                key: key.to_string(),
-                holder: None,
-                token: 0,
-                expires_at: None,
-                expired: false,
-            });
+            return Ok(LeaseInfo::never_held(key));
         };
         Ok(LeaseInfo {
             key: key.to_string(),

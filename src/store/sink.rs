@@ -13,13 +13,15 @@
 //! so a reader can still name the fence of the bytes it finds, and a retry of
 //! the interrupted publish completes it.
 
-use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{PublishOutcome, check_key, encode_key, open_dir_durable, sha256_hex, subdir_durable};
-use crate::error::{Error, IoContext, Result};
+use super::{
+    PublishOutcome, check_key, encode_key, open_dir_durable, read_file, read_record, sha256_hex,
+    subdir_durable,
+};
+use crate::error::{Error, Result};
 use crate::fsx::Dir;
 
 const FENCE_DIR: &str = ".runws-fence";
@@ -49,7 +51,7 @@ pub fn publish_to_dir(dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Resu
 
     let name = encode_key(key);
     let record_name = format!("{name}.json");
-    let record = read_record(&fences, &record_name, key)?;
+    let record = fence_record(&fences, &record_name, key)?;
     let sha = sha256_hex(payload);
     if let Some(r) = &record {
         if fence < r.fence || (fence == r.fence && sha != r.sha256) {
@@ -100,10 +102,10 @@ pub fn read_from_dir(dir: &Path, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
     let fences = sink.sub(FENCE_DIR)?;
     let _lock = fences.lock()?;
     let name = encode_key(key);
-    let Some(record) = read_record(&fences, &format!("{name}.json"), key)? else {
+    let Some(record) = fence_record(&fences, &format!("{name}.json"), key)? else {
         return Ok(None);
     };
-    let Some(bytes) = read_all(&sink, &name)? else {
+    let Some(bytes) = read_file(&sink, &name)? else {
         return Ok(None);
     };
     let sha = sha256_hex(&bytes);
@@ -134,35 +136,11 @@ fn on_disk(sink: &Dir, name: &str, record: &FenceRecord) -> Result<Option<Commit
 }
 
 fn payload_sha(sink: &Dir, name: &str) -> Result<Option<String>> {
-    Ok(read_all(sink, name)?.map(|b| sha256_hex(&b)))
+    Ok(read_file(sink, name)?.map(|b| sha256_hex(&b)))
 }
 
-fn read_all(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
-    let Some(mut f) = dir.open_read(name)? else {
-        return Ok(None);
-    };
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes)
-        .ctx("cannot read", dir.join(name))?;
-    Ok(Some(bytes))
-}
-
-fn read_record(fences: &Dir, name: &str, key: &str) -> Result<Option<FenceRecord>> {
-    let path = fences.join(name);
-    let Some(bytes) = read_all(fences, name)? else {
-        return Ok(None);
-    };
-    let record: FenceRecord = serde_json::from_slice(&bytes).map_err(|e| Error::StoreCorrupt {
-        path: path.clone(),
-        why: e.to_string(),
-    })?;
-    if record.key != key {
-        return Err(Error::StoreCorrupt {
-            path,
-            why: format!("it records the key `{}`", record.key),
-        });
-    }
-    Ok(Some(record))
+fn fence_record(fences: &Dir, name: &str, key: &str) -> Result<Option<FenceRecord>> {
+    read_record(fences, name, key, |r: &FenceRecord| &r.key)
 }
 
 pub(crate) fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
