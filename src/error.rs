@@ -81,19 +81,37 @@ pub enum Error {
     },
 
     #[error("lease `{key}` is held by `{holder}` (token {token}) for another {expires_in:.1?}")]
-    LeaseHeld { key: String, holder: String, token: u64, expires_in: std::time::Duration },
+    LeaseHeld {
+        key: String,
+        holder: String,
+        token: u64,
+        expires_in: std::time::Duration,
+    },
 
     #[error("`{holder}` does not hold the lease `{key}`: {why}")]
-    NotLeaseHolder { key: String, holder: String, why: String },
+    NotLeaseHolder {
+        key: String,
+        holder: String,
+        why: String,
+    },
 
     #[error("stale fence for `{key}`: offered {offered}, highest seen {highest}{}", if *.same_fence { " with other bytes" } else { "" })]
-    StaleFence { key: String, offered: u64, highest: u64, same_fence: bool },
+    StaleFence {
+        key: String,
+        offered: u64,
+        highest: u64,
+        same_fence: bool,
+    },
 
     #[error("cannot reach the store `{store}`: {why}")]
     StoreUnreachable { store: String, why: String },
 
     #[error("store `{store}` failed to {op}: {why}")]
-    Store { store: String, op: &'static str, why: String },
+    Store {
+        store: String,
+        op: &'static str,
+        why: String,
+    },
 
     #[error("store state `{}` is corrupt: {why}", path.display())]
     StoreCorrupt { path: PathBuf, why: String },
