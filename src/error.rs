@@ -129,6 +129,23 @@ pub enum Error {
 
     #[error("refused: the kit check of lane `{lane}` failed: {failed}; nothing was sealed")]
     KitCheck { lane: String, failed: String },
+    #[error("lease `{key}` is held by `{holder}` (token {token}) for another {expires_in:.1?}")]
+    LeaseHeld { key: String, holder: String, token: u64, expires_in: std::time::Duration },
+
+    #[error("`{holder}` does not hold the lease `{key}`: {why}")]
+    NotLeaseHolder { key: String, holder: String, why: String },
+
+    #[error("stale fence for `{key}`: offered {offered}, highest seen {highest}{}", if *.same_fence { " with other bytes" } else { "" })]
+    StaleFence { key: String, offered: u64, highest: u64, same_fence: bool },
+
+    #[error("cannot reach the store `{store}`: {why}")]
+    StoreUnreachable { store: String, why: String },
+
+    #[error("store `{store}` failed to {op}: {why}")]
+    Store { store: String, op: &'static str, why: String },
+
+    #[error("store state `{}` is corrupt: {why}", path.display())]
+    StoreCorrupt { path: PathBuf, why: String },
 
     #[error("{0}")]
     Other(String),
@@ -148,6 +165,10 @@ impl Error {
             Error::LaneOutOfOrder { .. } | Error::LaneRefused(_) => exit::LANE_REFUSED,
             Error::LaneNotYours { .. } => exit::LANE_NOT_YOURS,
             Error::KitCheck { .. } => exit::KIT_CHECK_FAILED,
+            // A lease that is no longer yours is, to the caller, a lease held
+            // elsewhere: stop working on what it guarded.
+            Error::LeaseHeld { .. } | Error::NotLeaseHolder { .. } => exit::LEASE_HELD,
+            Error::StaleFence { .. } => exit::STALE_FENCE,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }
             | Error::Usage(_)
@@ -169,6 +190,9 @@ impl Error {
             | Error::ArchiveRefused { .. }
             | Error::RestoreTarget { .. }
             | Error::NoSuchLane { .. }
+            | Error::StoreUnreachable { .. }
+            | Error::Store { .. }
+            | Error::StoreCorrupt { .. }
             | Error::Other(_) => exit::FAILURE,
         }
     }

@@ -21,4 +21,5 @@ pub mod procinfo;
 pub mod reap;
 pub mod restore;
 pub mod seal;
+pub mod store;
 pub mod workspace;

@@ -318,7 +318,9 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
             .chunks(chunk)
             .map(|part| {
                 let (runs, procs) = (&runs, &procs);
-                scope.spawn(move || part.iter().map(|id| reap_one(root, runs, id, opts, procs)).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    part.iter().map(|id| reap_one(root, runs, id, opts, procs)).collect::<Vec<_>>()
+                })
             })
             .collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()

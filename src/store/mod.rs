@@ -1,0 +1,359 @@
+//! Leases with fencing tokens, and the sinks that check them.
+//!
+//! A lease says who may work on a key for now; its fencing token says, for
+//! ever after, which work is newest. A holder can be paused past its expiry
+//! and wake believing it still holds the lease, so safety never rests on the
+//! lease alone: every grant carries a token strictly greater than every token
+//! issued for the key before, made durable before it is returned, and a sink
+//! accepts a write only with a token at least as high as any it has seen
+//! (equal only for an identical retry). Tokens only grow, across releases,
+//! expiries, crashes and restarts of the store.
+//!
+//! Two stores implement [`Store`]: [`file`], compare-and-set on the local
+//! file system for the processes of one machine, and [`postgres`], one SQL
+//! statement per decision for many machines. [`publish_to_dir`] is the sink
+//! for a plain directory.
+
+pub mod file;
+pub mod postgres;
+mod sink;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::Dir;
+
+pub use sink::{publish_to_dir, read_from_dir};
+
+/// Longest key or holder id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Longest lease accepted; far beyond any real use, it keeps deadline
+/// arithmetic clear of overflow in every store.
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A lease granted to `holder`, valid until `expires_at` by the local clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub key: String,
+    pub holder: String,
+    /// The fencing token: pass it to the sink with every write.
+    pub token: u64,
+    pub expires_at: SystemTime,
+}
+
+/// What the store records for a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    pub key: String,
+    /// The last holder; kept after expiry until someone else takes the lease
+    /// or the holder releases it.
+    pub holder: Option<String>,
+    /// The highest token ever issued for the key (0: never granted).
+    pub token: u64,
+    pub expires_at: Option<SystemTime>,
+    /// True when a holder is recorded but its lease has run out.
+    pub expired: bool,
+}
+
+/// What a successful publish did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// The payload was written under the offered fence.
+    Written,
+    /// The same bytes were already published with the same fence: an
+    /// idempotent retry, nothing was rewritten.
+    Unchanged,
+}
+
+/// A lease and fencing-token store.
+pub trait Store: Send {
+    /// Takes the lease on `key` for `ttl` when it is free or expired, trying
+    /// again until `wait` runs out ([`Error::LeaseHeld`] then). The lease
+    /// returned was granted by its last attempt and is still valid.
+    fn acquire(&mut self, key: &str, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease>;
+    /// Extends the lease `holder` holds, keeping its token. Fails once
+    /// someone else has taken the lease.
+    fn renew(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Lease>;
+    /// Frees the lease if `holder` still holds it; the token counter stays.
+    fn release(&mut self, key: &str, holder: &str) -> Result<()>;
+    fn show(&mut self, key: &str) -> Result<LeaseInfo>;
+    /// Writes `payload` as the value of `key` in the store's own sink when
+    /// `fence` is above the highest fence seen for `key`, or equal with the
+    /// same bytes; [`Error::StaleFence`] otherwise.
+    fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome>;
+    /// The fence and bytes last published for `key`.
+    fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>>;
+}
+
+/// Opens the store named by `url`: `file:DIR` or `postgres://...`
+/// (`postgresql://...`).
+pub fn open(url: &str) -> Result<Box<dyn Store>> {
+    if let Some(rest) = url.strip_prefix("file:") {
+        // `file:///dir` as well as `file:/dir`.
+        let path = match rest.strip_prefix("//") {
+            Some(p) if p.starts_with('/') => p,
+            _ => rest,
+        };
+        if path.is_empty() {
+            return Err(Error::Usage("a file store needs a directory: `file:DIR`".into()));
+        }
+        let mut path = PathBuf::from(path);
+        if path.is_relative() {
+            let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+            path = cwd.join(path);
+        }
+        return Ok(Box::new(file::FileStore::open(&path)?));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Box::new(postgres::PgStore::connect(url)?));
+    }
+    Err(Error::Usage(format!("unknown store `{}`: use `file:DIR` or `postgres://...`", redact_url(url))))
+}
+
+/// The embedded store under ROOT.
+pub fn default_url(root: &Path) -> String {
+    format!("file:{}", root.join("store").display())
+}
+
+/// Checks a lease key: not empty, no NUL, at most [`MAX_ID_BYTES`] bytes.
+/// Anything else is allowed; stores encode keys before they touch a path.
+pub fn check_key(key: &str) -> Result<()> {
+    check_id(key, ["a key cannot be empty", "a key cannot contain NUL", "a key is at most 512 bytes"])
+}
+
+/// Checks a holder id, with the rules of [`check_key`].
+pub fn check_holder(holder: &str) -> Result<()> {
+    check_id(
+        holder,
+        ["a holder cannot be empty", "a holder cannot contain NUL", "a holder is at most 512 bytes"],
+    )
+}
+
+fn check_id(s: &str, whys: [&'static str; 3]) -> Result<()> {
+    let why = if s.is_empty() {
+        whys[0]
+    } else if s.contains('\0') {
+        whys[1]
+    } else if s.len() > MAX_ID_BYTES {
+        whys[2]
+    } else {
+        return Ok(());
+    };
+    let mut shown: String = s.chars().take(80).collect();
+    if shown.len() < s.len() {
+        shown.push_str("...");
+    }
+    Err(Error::InvalidName { name: shown.escape_debug().to_string(), why })
+}
+
+/// Checks the arguments of an acquire or a renewal.
+pub(crate) fn check_request(key: &str, holder: &str, ttl: Duration) -> Result<()> {
+    check_key(key)?;
+    check_holder(holder)?;
+    check_ttl(ttl)
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl.is_zero() || ttl > MAX_TTL {
+        return Err(Error::Usage(format!("a lease lasts more than 0 and at most 100 years, not {ttl:?}")));
+    }
+    Ok(())
+}
+
+impl LeaseInfo {
+    /// A key nobody has ever held.
+    pub(crate) fn never_held(key: &str) -> LeaseInfo {
+        LeaseInfo { key: key.to_string(), holder: None, token: 0, expires_at: None, expired: false }
+    }
+}
+
+/// The refusal for `holder`, who does not hold the lease `info` describes.
+pub(crate) fn not_holder(holder: &str, info: &LeaseInfo) -> Error {
+    let why = match &info.holder {
+        None if info.token == 0 => "nobody has held it".to_string(),
+        None => "it was released".to_string(),
+        Some(other) if info.expired => {
+            format!("it is held by `{other}` (token {}), whose lease expired", info.token)
+        }
+        Some(other) => format!("it is held by `{other}` (token {})", info.token),
+    };
+    Error::NotLeaseHolder { key: info.key.clone(), holder: holder.to_string(), why }
+}
+
+/// Reads the JSON record `name` in `dir`, which must name `key` as its own
+/// (`key_of`): a record found under another key's name is corruption.
+pub(crate) fn read_record<T: serde::de::DeserializeOwned>(
+    dir: &Dir,
+    name: &str,
+    key: &str,
+    key_of: impl Fn(&T) -> &str,
+) -> Result<Option<T>> {
+    let path = dir.join(name);
+    let Some(bytes) = read_file(dir, name)? else {
+        return Ok(None);
+    };
+    let record: T = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::StoreCorrupt { path: path.clone(), why: e.to_string() })?;
+    if key_of(&record) != key {
+        return Err(Error::StoreCorrupt { path, why: format!("it records the key `{}`", key_of(&record)) });
+    }
+    Ok(Some(record))
+}
+
+/// The whole regular file `name` in `dir`, refusing symlinks.
+pub(crate) fn read_file(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let Some(mut f) = dir.open_read(name)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ctx("cannot read", dir.join(name))?;
+    Ok(Some(bytes))
+}
+
+/// What one attempt to take a lease found.
+pub(crate) enum Attempt {
+    Granted(Lease),
+    Held { holder: String, token: u64, expires_in: Duration },
+}
+
+/// Repeats `attempt` until it grants a lease that is still valid when it
+/// comes back, or until `wait` runs out. Each attempt decides atomically in
+/// the store; nothing is decided here from an earlier look.
+pub(crate) fn acquire_with_wait(
+    key: &str,
+    wait: Duration,
+    mut attempt: impl FnMut() -> Result<Attempt>,
+) -> Result<Lease> {
+    let deadline = Instant::now() + wait;
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        let (holder, token, expires_in) = match attempt()? {
+            // A grant that expired on its way back (a paused process, a tiny
+            // ttl) is worthless: its token is spent, try again.
+            Attempt::Granted(lease) if SystemTime::now() < lease.expires_at => return Ok(lease),
+            Attempt::Granted(lease) => (lease.holder, lease.token, Duration::ZERO),
+            Attempt::Held { holder, token, expires_in } => (holder, token, expires_in),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::LeaseHeld { key: key.to_string(), holder, token, expires_in });
+        }
+        // Wake just after the holder's expiry when that comes first, so a
+        // waiter takes over promptly; otherwise back off, with jitter so
+        // waiters do not retry in lock step.
+        let nap = jitter(backoff).min(expires_in + Duration::from_millis(1)).min(deadline - now);
+        std::thread::sleep(nap);
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Between half and all of `d`, varying between calls and processes.
+fn jitter(d: Duration) -> Duration {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|t| t.subsec_nanos()).unwrap_or(0);
+    let mut x = u64::from(nanos)
+        ^ (u64::from(std::process::id()) << 32)
+        ^ SEQ.fetch_add(0x9e37_79b9, Ordering::Relaxed);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    let half = d / 2;
+    half + Duration::from_nanos(x % (half.as_nanos() as u64 + 1))
+}
+
+/// A key as one safe file name: bytes outside `[A-Za-z0-9_.-]` and a
+/// leading `.` are percent-encoded, so the name is never `.`, `..`, hidden,
+/// or holds a `/`, and distinct keys give distinct names. A name too long for
+/// a file system is cut and followed by `~` and 128 bits of the key's
+/// sha256; `~` is always encoded in the plain form, so the two forms never
+/// meet.
+pub fn encode_key(key: &str) -> String {
+    const LIMIT: usize = 150;
+    let mut out = String::with_capacity(key.len());
+    for (i, b) in key.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (b == b'.' && i > 0);
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.len() <= LIMIT {
+        return out;
+    }
+    let mut cut = 100;
+    // Never cut inside a `%XX`.
+    while out.as_bytes()[cut - 1] == b'%' || out.as_bytes()[cut - 2] == b'%' {
+        cut -= 1;
+    }
+    out.truncate(cut);
+    out.push('~');
+    out.push_str(&sha256_hex(key.as_bytes())[..32]);
+    out
+}
+
+/// Opens `path` as a directory, creating it and its parents if needed, and
+/// making a new directory's entry durable: a token or fence written inside
+/// must not vanish with a directory entry lost in a crash.
+pub(crate) fn open_dir_durable(path: &Path) -> Result<Dir> {
+    if !path.is_dir() {
+        std::fs::create_dir_all(path).ctx("cannot create", path)?;
+        if let Some(parent) = path.parent() {
+            Dir::open(parent)?.sync()?;
+        }
+    }
+    Dir::open(path)
+}
+
+/// Opens the subdirectory `name` of `parent`, creating it durably if needed.
+pub(crate) fn subdir_durable(parent: &Dir, name: &str) -> Result<Dir> {
+    match parent.mkdir(name, 0o755) {
+        Ok(()) => parent.sync()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("cannot create", parent.join(name), e)),
+    }
+    parent.sub(name)
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `url` with any password replaced, for messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => p.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}

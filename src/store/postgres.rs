@@ -1,0 +1,332 @@
+//! The PostgreSQL store: leases and the sink for processes on many machines.
+//!
+//! Every decision is one SQL statement, so the database's row lock makes it
+//! atomic, and its commit (with `synchronous_commit` on, which each session
+//! insists on) makes it durable before the answer comes back. Expiry is
+//! judged by the database clock (`now()`), never a client's. A key's row is
+//! never deleted: release clears the holder and keeps the token, so the
+//! counter only grows, across releases and server restarts.
+//!
+//! The [`Lease::expires_at`] a client gets back is its own clock's reading
+//! from before it sent the request, plus the ttl: never later than the
+//! database's deadline, as long as the two clocks run at the same rate.
+
+use std::time::{Duration, SystemTime};
+
+use std::collections::HashMap;
+
+use postgres::{Client, NoTls, Row, Statement};
+
+use super::{
+    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
+    check_request, not_holder, redact_url,
+};
+use crate::error::{Error, Result};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The tables carry a schema version in their names, so a later layout can
+/// live beside this one instead of migrating it in place.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runws_leases_v1 (
+    key        text PRIMARY KEY,
+    holder     text,
+    token      bigint NOT NULL CHECK (token > 0),
+    expires_at timestamptz
+);
+CREATE TABLE IF NOT EXISTS runws_sink_v1 (
+    key           text PRIMARY KEY,
+    fencing_token bigint NOT NULL,
+    payload       bytea NOT NULL
+);";
+
+/// Serialises first-time schema creation between clients: two concurrent
+/// `CREATE TABLE IF NOT EXISTS` can otherwise both miss the table and one
+/// fail on a duplicate catalog entry. The number is arbitrary but fixed.
+const SCHEMA_LOCK: i64 = 0x7275_6e77_735f_7631; // "runws_v1"
+
+/// Grants the lease when the key is new, released, or expired, with the
+/// next token from the row's own counter: one statement, so one decision.
+const ACQUIRE: &str = "
+INSERT INTO runws_leases_v1 AS l (key, holder, token, expires_at)
+VALUES ($1, $2, 1, now() + $3::bigint * interval '1 microsecond')
+ON CONFLICT (key) DO UPDATE
+    SET holder = EXCLUDED.holder, token = l.token + 1, expires_at = EXCLUDED.expires_at
+    WHERE l.holder IS NULL OR l.expires_at <= now()
+RETURNING token";
+
+/// Who holds the key and for how long, in microseconds of database time.
+const HOLDER: &str = "
+SELECT holder, token, GREATEST(0, (extract(epoch FROM expires_at - now()) * 1000000)::bigint)
+FROM runws_leases_v1 WHERE key = $1";
+
+/// Renewal keeps the token; the holder still being recorded means nobody
+/// took the lease since, even if it ran out, so the token is still the
+/// highest and renewing is safe.
+const RENEW: &str = "
+UPDATE runws_leases_v1 SET expires_at = now() + $3::bigint * interval '1 microsecond'
+WHERE key = $1 AND holder = $2
+RETURNING token";
+
+const RELEASE: &str = "
+UPDATE runws_leases_v1 SET holder = NULL, expires_at = NULL
+WHERE key = $1 AND holder = $2
+RETURNING token";
+
+const SHOW: &str = "
+SELECT holder, token, expires_at, holder IS NOT NULL AND expires_at <= now()
+FROM runws_leases_v1 WHERE key = $1";
+
+/// Writes only over a lower fence; an equal or higher one returns no row.
+const PUBLISH: &str = "
+INSERT INTO runws_sink_v1 AS s (key, fencing_token, payload) VALUES ($1, $2, $3)
+ON CONFLICT (key) DO UPDATE
+    SET fencing_token = EXCLUDED.fencing_token, payload = EXCLUDED.payload
+    WHERE s.fencing_token < EXCLUDED.fencing_token
+RETURNING fencing_token";
+
+/// Why a publish was refused: the highest fence, and whether the stored
+/// bytes are the ones offered.
+const PUBLISHED_SAME: &str = "SELECT fencing_token, payload = $2 FROM runws_sink_v1 WHERE key = $1";
+
+const READ_PUBLISHED: &str = "SELECT fencing_token, payload FROM runws_sink_v1 WHERE key = $1";
+
+pub struct PgStore {
+    config: postgres::Config,
+    /// The URL with its password hidden, for messages.
+    shown: String,
+    /// `None` after the connection broke; the next call reconnects.
+    conn: Option<Conn>,
+}
+
+struct Conn {
+    client: Client,
+    /// Each statement is parsed once per connection, not once per call.
+    prepared: HashMap<&'static str, Statement>,
+}
+
+impl PgStore {
+    /// Connects and creates the tables if they are missing.
+    pub fn connect(url: &str) -> Result<PgStore> {
+        let shown = redact_url(url);
+        let mut config: postgres::Config =
+            url.parse().map_err(|e| Error::Usage(format!("invalid PostgreSQL URL `{shown}`: {e}")))?;
+        // An unreachable host should fail in seconds, not after the
+        // system's TCP timeout.
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("runws");
+        }
+        let mut store = PgStore { config, shown, conn: None };
+        store.conn()?;
+        Ok(store)
+    }
+
+    fn conn(&mut self) -> Result<&mut Conn> {
+        if self.conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let mut client = self
+                .config
+                .connect(NoTls)
+                .map_err(|e| Error::StoreUnreachable { store: self.shown.clone(), why: e.to_string() })?;
+            let setup = client
+                .batch_execute("SET synchronous_commit TO on")
+                .and_then(|()| create_schema(&mut client));
+            setup.map_err(|e| self.failure("create its tables", e))?;
+            self.conn = Some(Conn { client, prepared: HashMap::new() });
+        }
+        self.conn.as_mut().ok_or_else(|| Error::Other("the connection vanished".into()))
+    }
+
+    /// Runs one statement; a broken connection is dropped so the next call
+    /// reconnects, but the statement is not retried here: its outcome is
+    /// unknown, and the caller decides.
+    fn query(
+        &mut self,
+        op: &'static str,
+        sql: &'static str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let conn = self.conn()?;
+        let result = match conn.prepared.get(sql) {
+            Some(stmt) => conn.client.query(stmt, params),
+            None => conn.client.prepare(sql).and_then(|stmt| {
+                conn.prepared.insert(sql, stmt.clone());
+                conn.client.query(&stmt, params)
+            }),
+        };
+        result.map_err(|e| self.failure(op, e))
+    }
+
+    fn failure(&mut self, op: &'static str, e: postgres::Error) -> Error {
+        let broken = e.is_closed() || self.conn.as_ref().is_none_or(|c| c.client.is_closed());
+        if broken {
+            self.conn = None;
+            return Error::StoreUnreachable { store: self.shown.clone(), why: e.to_string() };
+        }
+        let why = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => e.to_string(),
+        };
+        Error::Store { store: self.shown.clone(), op, why }
+    }
+
+    fn try_acquire(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Attempt> {
+        let sent_at = SystemTime::now();
+        let rows = self.query("grant a lease", ACQUIRE, &[&key, &holder, &micros(ttl)])?;
+        if let Some(row) = rows.first() {
+            let token = token(row.try_get(0), &self.shown)?;
+            return Ok(Attempt::Granted(Lease {
+                key: key.to_string(),
+                holder: holder.to_string(),
+                token,
+                expires_at: sent_at + ttl,
+            }));
+        }
+        let rows = self.query("read a lease", HOLDER, &[&key])?;
+        let Some(row) = rows.first() else {
+            // Refused, then gone: rows are never deleted, so only by hand.
+            return Ok(Attempt::Held { holder: "?".into(), token: 0, expires_in: Duration::ZERO });
+        };
+        let holder: Option<String> = row.try_get(0).map_err(|e| self.decode(e))?;
+        let token = token(row.try_get(1), &self.shown)?;
+        let left: i64 = row.try_get(2).map_err(|e| self.decode(e))?;
+        Ok(Attempt::Held {
+            // Released in between: the next attempt will likely win.
+            holder: holder.unwrap_or_else(|| "nobody".into()),
+            token,
+            expires_in: Duration::from_micros(left.max(0) as u64),
+        })
+    }
+
+    /// The error for a holder that does not hold `key`, saying who does.
+    fn not_holder(&mut self, key: &str, holder: &str) -> Result<Error> {
+        Ok(not_holder(holder, &self.show(key)?))
+    }
+
+    fn decode(&self, e: postgres::Error) -> Error {
+        Error::Store { store: self.shown.clone(), op: "read a row", why: e.to_string() }
+    }
+}
+
+impl Store for PgStore {
+    fn acquire(&mut self, key: &str, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease> {
+        check_request(key, holder, ttl)?;
+        acquire_with_wait(key, wait, || self.try_acquire(key, holder, ttl))
+    }
+
+    fn renew(&mut self, key: &str, holder: &str, ttl: Duration) -> Result<Lease> {
+        check_request(key, holder, ttl)?;
+        let sent_at = SystemTime::now();
+        let rows = self.query("renew a lease", RENEW, &[&key, &holder, &micros(ttl)])?;
+        match rows.first() {
+            Some(row) => Ok(Lease {
+                key: key.to_string(),
+                holder: holder.to_string(),
+                token: token(row.try_get(0), &self.shown)?,
+                expires_at: sent_at + ttl,
+            }),
+            None => Err(self.not_holder(key, holder)?),
+        }
+    }
+
+    fn release(&mut self, key: &str, holder: &str) -> Result<()> {
+        check_key(key)?;
+        check_holder(holder)?;
+        let rows = self.query("release a lease", RELEASE, &[&key, &holder])?;
+        if rows.is_empty() {
+            return Err(self.not_holder(key, holder)?);
+        }
+        Ok(())
+    }
+
+    fn show(&mut self, key: &str) -> Result<LeaseInfo> {
+        check_key(key)?;
+        let rows = self.query("read a lease", SHOW, &[&key])?;
+        let Some(row) = rows.first() else {
+            return Ok(LeaseInfo::never_held(key));
+        };
+        Ok(LeaseInfo {
+            key: key.to_string(),
+            holder: row.try_get(0).map_err(|e| self.decode(e))?,
+            token: token(row.try_get(1), &self.shown)?,
+            expires_at: row.try_get(2).map_err(|e| self.decode(e))?,
+            expired: row.try_get::<_, Option<bool>>(3).map_err(|e| self.decode(e))?.unwrap_or(false),
+        })
+    }
+
+    fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
+        check_key(key)?;
+        let offered = i64::try_from(fence).map_err(|_| {
+            Error::Usage(format!("fence {fence} is above the largest this store keeps ({})", i64::MAX))
+        })?;
+        if !self.query("publish", PUBLISH, &[&key, &offered, &payload])?.is_empty() {
+            return Ok(PublishOutcome::Written);
+        }
+        let rows = self.query("read the sink", PUBLISHED_SAME, &[&key, &payload])?;
+        let Some(row) = rows.first() else {
+            return Err(Error::Store {
+                store: self.shown.clone(),
+                op: "publish",
+                why: "the row vanished".into(),
+            });
+        };
+        let highest = token(row.try_get(0), &self.shown)?;
+        let same: bool = row.try_get(1).map_err(|e| self.decode(e))?;
+        if highest == fence && same {
+            return Ok(PublishOutcome::Unchanged);
+        }
+        Err(Error::StaleFence { key: key.to_string(), offered: fence, highest, same_fence: highest == fence })
+    }
+
+    fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        check_key(key)?;
+        let rows = self.query("read the sink", READ_PUBLISHED, &[&key])?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let fence = token(row.try_get(0), &self.shown)?;
+        let payload: Vec<u8> = row.try_get(1).map_err(|e| self.decode(e))?;
+        Ok(Some((fence, payload)))
+    }
+}
+
+fn create_schema(client: &mut Client) -> Result<(), postgres::Error> {
+    // Once the tables exist, touch nothing: creating needs a privilege on
+    // the schema that a user of existing tables need not have.
+    let present: bool = client
+        .query_one(
+            "SELECT to_regclass('runws_leases_v1') IS NOT NULL AND to_regclass('runws_sink_v1') IS NOT NULL",
+            &[],
+        )?
+        .try_get(0)?;
+    if present {
+        return Ok(());
+    }
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+    tx.batch_execute(SCHEMA)?;
+    tx.commit()
+}
+
+/// A ttl in microseconds; [`super::MAX_TTL`] keeps it far inside `i64`.
+fn micros(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn token(value: Result<i64, postgres::Error>, store: &str) -> Result<u64> {
+    let v = value.map_err(|e| Error::Store {
+        store: store.to_string(),
+        op: "read a token",
+        why: e.to_string(),
+    })?;
+    u64::try_from(v).map_err(|_| Error::Store {
+        store: store.to_string(),
+        op: "read a token",
+        why: format!("negative token {v}"),
+    })
+}
