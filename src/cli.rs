@@ -23,6 +23,10 @@ ended it), 124 on --timeout, 125 when runws itself failed, 126 when the command 
 executed, 127 when it was not found. See the README for the codes of the other subcommands."
 )]
 pub struct Cli {
+    /// Lease and sink store: file:DIR or postgres://... (default: file:ROOT/store)
+    #[arg(long, value_name = "URL", env = "RUNWS_STORE", hide_env = true, global = true)]
+    pub store: Option<String>,
+
     /// Directory holding runs/, store/ and archive/ (default: RUNWS_ROOT, else
     /// $XDG_STATE_HOME/runws, else ~/.local/state/runws)
     #[arg(long, value_name = "DIR", env = "RUNWS_ROOT", hide_env = true, global = true)]
@@ -132,6 +136,35 @@ followed, and nothing is matched by name.",
         grace: std::time::Duration,
         #[arg(long)]
         json: bool,
+    },
+
+    /// Take, renew, release or show a lease with a fencing token
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+
+    /// Write a payload for KEY only if its fencing token is not stale
+    #[command(
+        long_about = "The sink: write the payload (FILE, or standard input) for KEY only when --fence N is \
+greater than the highest fence recorded for KEY, or equal with identical bytes (an idempotent \
+retry: success, nothing rewritten). Otherwise nothing is written and runws exits 76. With --to \
+DIR the payload becomes DIR/<key> atomically, with the fence recorded in DIR/.runws-fence/; \
+otherwise it goes to the store (a table in PostgreSQL). Inside `runws run --lease`, --fence \
+defaults to RUNWS_FENCE.",
+        after_help = "Example:\n  runws run --lease nightly-report -- sh -c 'make report && runws publish report/$(date +%F) report.json --to /srv/reports'"
+    )]
+    Publish {
+        key: String,
+        /// Payload file, or `-` for standard input
+        file: Option<PathBuf>,
+        /// The fencing token of the lease that allowed this write [default: RUNWS_FENCE]
+        #[arg(long, value_name = "N")]
+        fence: Option<u64>,
+        /// Publish as a file in DIR instead of into the store
+        #[arg(long = "to", value_name = "DIR")]
+        to: Option<PathBuf>,
+        /// Say on stderr what happened
+        #[arg(short, long)]
+        verbose: bool,
     },
 
     /// Seal a finished run into a checksummed archive, after a secret scan
@@ -332,6 +365,44 @@ lane directory without following symlinks.")]
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Take the lease on KEY and print its fencing token (exit 75 when held)
+    #[command(long_about = "Take the lease on KEY when it is free or expired, and print its fencing \
+token: strictly greater than every token ever issued for KEY. When someone else holds it, wait \
+up to --wait (default: not at all, like `flock -n`), then exit 75 naming the holder.")]
+    Acquire {
+        key: String,
+        /// Who holds it (default: HOST:PPID, the calling shell)
+        #[arg(long, value_name = "ID")]
+        holder: Option<String>,
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+        ttl: std::time::Duration,
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "0s")]
+        wait: std::time::Duration,
+    },
+    /// Extend the lease the holder has; the token stays the same
+    Renew {
+        key: String,
+        #[arg(long, value_name = "ID")]
+        holder: String,
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+        ttl: std::time::Duration,
+    },
+    /// Give the lease up (only its holder can)
+    Release {
+        key: String,
+        #[arg(long, value_name = "ID")]
+        holder: String,
+    },
+    /// Show the holder, the token and when the lease expires
+    Show {
+        key: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// Options of a seal, for `runws seal` and `runws run --seal`.
 #[derive(Debug, Args, Clone)]
 pub struct SealArgs {
@@ -421,6 +492,14 @@ pub struct RunArgs {
     /// The command's working directory (default: the run's work/)
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+
+    /// Hold the lease KEY while the command runs (exit 75 when it is held elsewhere)
+    #[arg(long, value_name = "KEY")]
+    pub lease: Option<String>,
+
+    /// How long to wait for --lease
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "0s", requires = "lease")]
+    pub wait: std::time::Duration,
 
     /// Seal the run after the command exits (see `runws seal --help`)
     #[arg(long)]

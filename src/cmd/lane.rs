@@ -141,7 +141,7 @@ fn run(root: &Path, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow
         .try_get_matches_from(args)
         .map_err(|e| Error::Usage(e.to_string().lines().next().unwrap_or("invalid usage").to_string()))?;
     let run_args = RunArgs::from_arg_matches(&matches).map_err(|e| Error::Usage(e.to_string()))?;
-    let result = super::run::run(run_args, Some(root));
+    let result = super::run::run(run_args, Some(root), None);
 
     // What the run's own manifest says is authoritative; the card copies it.
     let m = RunDir::open(root, &run_id).ok().and_then(|d| manifest::read(&d.dir).ok());

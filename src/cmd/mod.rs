@@ -3,6 +3,7 @@
 
 pub mod guard;
 pub mod lane;
+pub mod lease;
 pub mod ls;
 pub mod reap;
 pub mod run;
@@ -15,8 +16,13 @@ use crate::exit;
 /// Runs one parsed command line; returns the exit code on success.
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_deref();
+    let store = cli.store.as_deref();
     match cli.command {
-        Command::Run(args) => run::run(*args, root),
+        Command::Run(args) => run::run(*args, root, store),
+        Command::Lease(cmd) => lease::lease(root, store, cmd),
+        Command::Publish { key, file, fence, to, verbose } => {
+            lease::publish(root, store, &key, file.as_deref(), fence, to.as_deref(), verbose)
+        }
         Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
         Command::Has { name } => guard::has(&name),

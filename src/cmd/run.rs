@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
+use super::lease::RunLease;
 use crate::child::{self, Outcome, Spec, Watch};
 use crate::cli::RunArgs;
 use crate::envbuild::{self, Grant, RunPaths};
@@ -83,7 +84,7 @@ fn lossy(args: &[OsString]) -> Vec<String> {
     args.iter().map(|a| a.to_string_lossy().to_string()).collect()
 }
 
-pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
+pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
     // Checks that create nothing.
     let id = match requested_run_id(&args) {
         Some(id) => {
@@ -102,6 +103,12 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     for input in &args.inputs {
         std::fs::metadata(input).ctx("cannot read input", input)?;
     }
+
+    // Like `flock -n`: a held lease stops the run before anything exists.
+    let mut lease = match &args.lease {
+        Some(key) => Some(RunLease::acquire(&root, store, key, &id, args.lease_ttl, args.wait)?),
+        None => None,
+    };
 
     // The command's environment may hold secrets: keep same-user processes
     // (the command among them) from reading ours through /proc/<pid>/environ.
@@ -144,8 +151,12 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
         extra: Default::default(),
     };
 
+    if let Some(l) = &lease {
+        m.extra.insert("lease".into(), l.record());
+    }
     let mut ports = Ports::none();
-    let prepared = prepare(&args, grants, &run, &root, &job, &invoked_from, &mut m, &mut ports);
+    let fence = lease.as_ref().map(|l| (l.key.clone(), l.token, l.url.clone()));
+    let prepared = prepare(&args, grants, fence, &run, &root, &job, &invoked_from, &mut m, &mut ports);
     let (spec, capture) = match prepared {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e),
@@ -194,9 +205,13 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     let run_dir = &run.dir;
     let mut warned = false;
     let mut renew = || {
+        let lost_at = lease.as_mut().and_then(|l| l.renew());
         let r = manifest::update(run_dir, false, |m| {
             if m.status == Status::Running {
                 m.lease_until = manifest::now_plus(ttl);
+            }
+            if let (Some(at), Some(rec)) = (&lost_at, m.extra.get_mut("lease")) {
+                rec["lost_at"] = at.clone().into();
             }
             Ok(())
         });
@@ -230,6 +245,7 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     let code = exit_code(&outcome);
     finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
+    drop(lease);
     if args.seal {
         // The command's own failure is the one a caller must see first; the
         // seal's outcome is on stderr and in the manifest either way.
@@ -258,6 +274,7 @@ fn exit_code(o: &Outcome) -> u8 {
 fn prepare(
     args: &RunArgs,
     grants: Vec<Grant>,
+    fence: Option<(String, u64, String)>,
     run: &RunDir,
     root: &Path,
     job: &str,
@@ -286,6 +303,22 @@ fn prepare(
         ports: &ports.records,
     };
     let mut env = envbuild::build(&paths, grants)?;
+    if let Some((key, token, store_url)) = fence {
+        // The command publishes with this token, so it must reach the same
+        // store the token came from (the URL's value is never recorded).
+        for (name, value) in
+            [("RUNWS_FENCE", token.to_string()), ("RUNWS_LEASE_KEY", key), ("RUNWS_STORE", store_url)]
+        {
+            env.vars.insert(name.into(), value.into());
+            env.record.push(crate::manifest::EnvRecord {
+                name: name.into(),
+                granted: false,
+                source: "runws".into(),
+                present: true,
+            });
+        }
+        env.record.sort_by(|a, b| a.name.cmp(&b.name));
+    }
     let mut listen: Vec<OwnedFd> = Vec::new();
     if args.listen {
         for s in std::mem::take(&mut ports.sockets) {

@@ -9,6 +9,7 @@ mod exit_codes;
 mod guard;
 mod inputs;
 mod lane;
+mod lease;
 mod listing;
 mod ports;
 mod reap;

@@ -1,0 +1,190 @@
+//! `runws lease ...` and `runws publish`: leases with fencing tokens, and the
+//! sink that checks them.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::Context;
+
+use crate::cli::LeaseCommand;
+use crate::error::Error;
+use crate::exit;
+use crate::manifest;
+use crate::procinfo;
+use crate::store::{self, PublishOutcome, Store};
+use crate::workspace;
+
+/// The store URL: `--store`/`RUNWS_STORE`, else `file:ROOT/store`.
+pub fn store_url(root: Option<&Path>, store: Option<&str>) -> anyhow::Result<String> {
+    match store {
+        Some(url) if !url.is_empty() => Ok(url.to_string()),
+        _ => Ok(store::default_url(&workspace::resolve_root(root)?)),
+    }
+}
+
+pub fn open(root: Option<&Path>, store: Option<&str>) -> anyhow::Result<Box<dyn Store>> {
+    let url = store_url(root, store)?;
+    Ok(store::open(&url)?)
+}
+
+/// The default holder of a lease taken from the command line: the calling
+/// process (the shell script), on this host.
+fn default_holder() -> String {
+    format!("{}:{}", procinfo::hostname(), nix::unistd::getppid())
+}
+
+pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> anyhow::Result<u8> {
+    let mut s = open(root, store)?;
+    match cmd {
+        LeaseCommand::Acquire { key, holder, ttl, wait } => {
+            let holder = holder.unwrap_or_else(default_holder);
+            let lease = s.acquire(&key, &holder, ttl, wait)?;
+            println!("{}", lease.token);
+        }
+        LeaseCommand::Renew { key, holder, ttl } => {
+            let lease = s.renew(&key, &holder, ttl)?;
+            println!("{}", lease.token);
+        }
+        LeaseCommand::Release { key, holder } => s.release(&key, &holder)?,
+        LeaseCommand::Show { key, json } => {
+            let info = s.show(&key)?;
+            let mut out = std::io::stdout().lock();
+            let expires = info.expires_at.map(manifest::format_time);
+            if json {
+                let v = serde_json::json!({
+                    "key": info.key,
+                    "holder": info.holder,
+                    "token": info.token,
+                    "expires_at": expires,
+                    "expired": info.expired,
+                });
+                serde_json::to_writer_pretty(&mut out, &v)?;
+                writeln!(out)?;
+            } else {
+                writeln!(out, "key:      {}", info.key)?;
+                let state = match (&info.holder, info.expired) {
+                    (None, _) => "free".to_string(),
+                    (Some(h), false) => format!("held by {h}"),
+                    (Some(h), true) => format!("expired (last held by {h})"),
+                };
+                writeln!(out, "state:    {state}")?;
+                writeln!(out, "token:    {} (highest issued)", info.token)?;
+                if let Some(e) = expires {
+                    writeln!(out, "expires:  {e}")?;
+                }
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+pub fn publish(
+    root: Option<&Path>,
+    store: Option<&str>,
+    key: &str,
+    file: Option<&Path>,
+    fence: Option<u64>,
+    to: Option<&Path>,
+    verbose: bool,
+) -> anyhow::Result<u8> {
+    let fence = match fence {
+        Some(f) => f,
+        None => std::env::var("RUNWS_FENCE").ok().and_then(|v| v.parse().ok()).ok_or_else(|| {
+            Error::Usage("publish needs --fence N (or RUNWS_FENCE, set by `runws run --lease`)".into())
+        })?,
+    };
+    let mut payload = Vec::new();
+    match file {
+        None => std::io::stdin().read_to_end(&mut payload).context("cannot read standard input")?,
+        Some(p) if p.as_os_str() == "-" => {
+            std::io::stdin().read_to_end(&mut payload).context("cannot read standard input")?
+        }
+        Some(p) => std::fs::File::open(p)
+            .and_then(|mut f| f.read_to_end(&mut payload))
+            .with_context(|| format!("cannot read `{}`", p.display()))?,
+    };
+    let outcome = match to {
+        Some(dir) => store::publish_to_dir(dir, key, fence, &payload)?,
+        None => open(root, store)?.publish(key, fence, &payload)?,
+    };
+    if verbose {
+        let what = match outcome {
+            PublishOutcome::Written => "published",
+            PublishOutcome::Unchanged => "unchanged (the same bytes at the same fence)",
+        };
+        eprintln!("runws: {what}: `{key}` at fence {fence} ({} bytes)", payload.len());
+    }
+    Ok(exit::OK)
+}
+
+/// A lease held for the length of a run: renewed from the watch loop,
+/// released at the end.
+pub struct RunLease {
+    pub store: Box<dyn Store>,
+    pub url: String,
+    pub key: String,
+    pub holder: String,
+    pub token: u64,
+    pub ttl: std::time::Duration,
+    lost: bool,
+}
+
+impl RunLease {
+    /// Takes the lease before the command starts.
+    pub fn acquire(
+        root: &Path,
+        store: Option<&str>,
+        key: &str,
+        run_id: &str,
+        ttl: std::time::Duration,
+        wait: std::time::Duration,
+    ) -> Result<RunLease, Error> {
+        let url = match store {
+            Some(u) if !u.is_empty() => u.to_string(),
+            _ => store::default_url(root),
+        };
+        let mut s = store::open(&url)?;
+        let holder = format!("{}:{run_id}", procinfo::hostname());
+        let lease = s.acquire(key, &holder, ttl, wait)?;
+        Ok(RunLease { store: s, url, key: key.to_string(), holder, token: lease.token, ttl, lost: false })
+    }
+
+    /// Renews; says once on stderr when the lease was lost (the sink's fence
+    /// then refuses this run's late writes).
+    pub fn renew(&mut self) -> Option<String> {
+        if self.lost {
+            return None;
+        }
+        match self.store.renew(&self.key, &self.holder, self.ttl) {
+            Ok(_) => None,
+            Err(e) => {
+                self.lost = true;
+                eprintln!("runws: warning: lost the lease `{}`: {e}", self.key);
+                Some(manifest::format_time(SystemTime::now()))
+            }
+        }
+    }
+}
+
+impl Drop for RunLease {
+    /// Released however the run ends, so the next run need not wait out the ttl.
+    fn drop(&mut self) {
+        if let Err(e) = self.store.release(&self.key, &self.holder)
+            && !self.lost
+        {
+            eprintln!("runws: warning: cannot release the lease `{}`: {e}", self.key);
+        }
+    }
+}
+
+impl RunLease {
+    pub fn record(&self) -> serde_json::Value {
+        serde_json::json!({
+            "key": self.key,
+            "token": self.token,
+            "holder": self.holder,
+            "store": store::redact_url(&self.url),
+        })
+    }
+}

@@ -1,0 +1,340 @@
+//! Leases with fencing tokens and the sink that checks them, against the
+//! embedded file store and a real PostgreSQL server.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// The store URLs to test: the file store always, PostgreSQL when the test
+/// environment names a server (CI always does).
+fn stores(env: &Env) -> Vec<Option<String>> {
+    let mut v = vec![None];
+    match std::env::var("RUNWS_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => v.push(Some(url)),
+        _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),
+    }
+    let _ = env;
+    v
+}
+
+/// A key no other test (or earlier run against the same server) uses.
+fn fresh_key(tag: &str) -> String {
+    format!("{tag}-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn with_store(env: &Env, store: &Option<String>, args: &[&str]) -> std::process::Command {
+    let mut c = env.cmd(args);
+    if let Some(url) = store {
+        c.env("RUNWS_STORE", url);
+    }
+    c
+}
+
+fn wait_for(p: &Path) {
+    for _ in 0..1000 {
+        if p.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{} never appeared", p.display());
+}
+
+/// Kleppmann's scenario: A holds the lease, is paused past its ttl, B takes
+/// the lease and publishes; A wakes and publishes with its old token: the
+/// sink refuses it and keeps B's bytes.
+#[test]
+fn a_paused_holder_is_fenced_off_at_the_sink() {
+    let env = Env::new();
+    for store in stores(&env) {
+        let key = fresh_key("report");
+        let day = fresh_key("day");
+        let sink = env.path(&format!("sink-{}", store.is_some()));
+        let flag = |n: &str| env.path(&format!("{n}-{}", store.is_some()));
+        // With a PostgreSQL store, publish goes to its table; else to a directory.
+        let target = if store.is_some() { String::new() } else { format!("--to '{}'", sink.display()) };
+        let script = format!(
+            r#"echo $RUNWS_FENCE > '{afence}'; touch '{up}'
+               while [ ! -e '{go}' ]; do sleep 0.02; done
+               printf from-A | runws publish '{day}' {target}; echo $? > '{code}'"#,
+            afence = flag("a.fence").display(),
+            up = flag("a.up").display(),
+            go = flag("go").display(),
+            code = flag("a.code").display(),
+        );
+        let a = with_store(
+            &env,
+            &store,
+            &[
+                "run",
+                "--run-id",
+                &fresh_key("a"),
+                "--lease",
+                &key,
+                "--lease-ttl",
+                "0.6",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        wait_for(&flag("a.up"));
+        let t: u64 = std::fs::read_to_string(flag("a.fence")).unwrap().trim().parse().unwrap();
+        // Stop runws (no more renewals) and its command.
+        let a_pid = nix::unistd::Pid::from_raw(a.id() as i32);
+        let child_pgid = {
+            let ids = env.run_ids();
+            let id = ids
+                .iter()
+                .find(|i| i.starts_with("a-") && env.manifest(i)["status"] == "running")
+                .unwrap()
+                .clone();
+            nix::unistd::Pid::from_raw(env.manifest(&id)["child"]["pgid"].as_i64().unwrap() as i32)
+        };
+        nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        std::thread::sleep(Duration::from_millis(900));
+
+        let b = Out::from(
+            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B", "--ttl", "30s"])
+                .output()
+                .unwrap(),
+        );
+        b.ok();
+        let b_token: u64 = b.stdout.trim().parse().unwrap();
+        assert_eq!(b_token, t + 1, "tokens must grow by grant");
+        let publish = |fence: u64, bytes: &str| {
+            let mut args =
+                vec!["publish".to_string(), day.clone(), "-".into(), "--fence".into(), fence.to_string()];
+            if store.is_none() {
+                args.push("--to".into());
+                args.push(sink.display().to_string());
+            }
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut c = with_store(&env, &store, &refs);
+            c.stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = c.spawn().unwrap();
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(bytes.as_bytes()).unwrap();
+            Out::from(child.wait_with_output().unwrap())
+        };
+        publish(b_token, "from-B").ok();
+
+        std::fs::write(flag("go"), "").unwrap();
+        nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGCONT).unwrap();
+        nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+        let a_out = Out::from(a.wait_with_output().unwrap());
+        a_out.ok().stderr_has("stale fence").stderr_has("lost the lease");
+        assert_eq!(std::fs::read_to_string(flag("a.code")).unwrap().trim(), "76");
+
+        let read_sink = || -> String {
+            if store.is_none() {
+                let name = std::fs::read_dir(&sink)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .find(|n| !n.starts_with('.'))
+                    .unwrap();
+                std::fs::read_to_string(sink.join(name)).unwrap()
+            } else {
+                String::new()
+            }
+        };
+        if store.is_none() {
+            assert_eq!(read_sink(), "from-B");
+        }
+        publish(b_token, "other bytes").code(76).one_line_error().stderr_has("stale fence");
+        publish(b_token, "from-B").ok();
+        publish(t, "from-A again").code(76);
+        publish(b_token + 1, "from-C").ok();
+        if store.is_none() {
+            assert_eq!(read_sink(), "from-C");
+        }
+        // The holder may release; a stranger may not.
+        with_store(&env, &store, &["lease", "release", &key, "--holder", "stranger"])
+            .output()
+            .map(Out::from)
+            .unwrap()
+            .code(75);
+        with_store(&env, &store, &["lease", "release", &key, "--holder", "B"])
+            .output()
+            .map(Out::from)
+            .unwrap()
+            .ok();
+    }
+}
+
+#[test]
+fn a_held_lease_stops_a_run_before_anything_is_created() {
+    let env = Env::new();
+    for store in stores(&env) {
+        let key = fresh_key("job");
+        let out = Out::from(
+            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "nightly@box", "--ttl", "30s"])
+                .output()
+                .unwrap(),
+        );
+        out.ok();
+        let before = env.run_ids().len();
+        let run =
+            Out::from(with_store(&env, &store, &["run", "--lease", &key, "--", "true"]).output().unwrap());
+        run.code(75).one_line_error().stderr_has("nightly@box");
+        assert_eq!(env.run_ids().len(), before, "a refused run left a directory");
+        // --wait outlasts a short lease held by someone else.
+        let key2 = fresh_key("short");
+        Out::from(
+            with_store(&env, &store, &["lease", "acquire", &key2, "--holder", "x", "--ttl", "0.4"])
+                .output()
+                .unwrap(),
+        )
+        .ok();
+        let waited = Out::from(
+            with_store(
+                &env,
+                &store,
+                &[
+                    "run",
+                    "--lease",
+                    &key2,
+                    "--wait",
+                    "10s",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo $RUNWS_LEASE_KEY $RUNWS_FENCE",
+                ],
+            )
+            .output()
+            .unwrap(),
+        );
+        waited.ok().stdout_has(&format!("{key2} 2"));
+        // Released at the end: the next run gets the next token at once.
+        let next = Out::from(
+            with_store(&env, &store, &["run", "--lease", &key2, "--", "sh", "-c", "echo $RUNWS_FENCE"])
+                .output()
+                .unwrap(),
+        );
+        next.ok().stdout_has("3");
+        let show = Out::from(with_store(&env, &store, &["lease", "show", &key2, "--json"]).output().unwrap());
+        show.ok();
+        let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+        assert_eq!(v["token"], 3);
+        assert!(v["holder"].is_null(), "{v}");
+    }
+    // The manifest records the lease.
+    let key = fresh_key("rec");
+    env.run(&["run", "--run-id", "leased", "--lease", &key, "--", "true"]).ok();
+    let m = env.manifest("leased");
+    assert_eq!(m["lease"]["key"], key.as_str());
+    assert_eq!(m["lease"]["token"], 1);
+    assert!(m["env"].to_string().contains("RUNWS_FENCE"));
+}
+
+/// Many contenders, many rounds: holds never overlap, tokens only grow in
+/// the order the holds happened, and the sink never goes back.
+#[test]
+fn contenders_take_turns_and_tokens_only_grow() {
+    let env = Env::new();
+    for store in stores(&env) {
+        let key = fresh_key("contended");
+        let log = env.path(&format!("holds-{}.log", store.is_some()));
+        let sink = env.path(&format!("sink-contended-{}", store.is_some()));
+        let script = format!(
+            r#"s=$(date +%s%N); sleep 0.0$(( $$ % 5 )); e=$(date +%s%N)
+               printf "$RUNWS_FENCE" | runws publish k --to '{sink}' || exit 9
+               echo "$RUNWS_FENCE $s $e" >> '{log}'"#,
+            sink = sink.display(),
+            log = log.display()
+        );
+        let mut handles = Vec::new();
+        for _ in 0..6 {
+            let c = with_store(
+                &env,
+                &store,
+                &["run", "--lease", &key, "--wait", "60s", "--lease-ttl", "5s", "--", "sh", "-c", &script],
+            );
+            handles.push(std::thread::spawn(move || {
+                let mut c = c;
+                for _ in 0..4 {
+                    Out::from(c.output().unwrap()).ok();
+                }
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        let mut holds: Vec<(u64, u128, u128)> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(holds.len(), 24);
+        holds.sort_by_key(|h| h.1);
+        for w in holds.windows(2) {
+            assert!(w[0].0 < w[1].0, "token went back: {w:?}");
+            assert!(w[0].2 <= w[1].1, "two holds overlapped: {w:?}");
+        }
+        let tokens: std::collections::BTreeSet<u64> = holds.iter().map(|h| h.0).collect();
+        assert_eq!(tokens.len(), 24);
+        let name = std::fs::read_dir(&sink)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .find(|n| !n.starts_with('.'))
+            .unwrap();
+        let last: u64 = std::fs::read_to_string(sink.join(name)).unwrap().parse().unwrap();
+        assert_eq!(last, *tokens.iter().max().unwrap());
+    }
+}
+
+/// A holder killed with SIGKILL never lowers the next token, and its lease
+/// is granted again once it expires.
+#[test]
+fn a_killed_holder_loses_its_lease_at_expiry_and_tokens_keep_growing() {
+    let env = Env::new();
+    for store in stores(&env) {
+        let key = fresh_key("killed");
+        let up = env.path(&format!("up-{}", store.is_some()));
+        let mut a = with_store(
+            &env,
+            &store,
+            &[
+                "run",
+                "--lease",
+                &key,
+                "--lease-ttl",
+                "0.5",
+                "--",
+                "sh",
+                "-c",
+                &format!("touch '{}'; sleep 30", up.display()),
+            ],
+        )
+        .spawn()
+        .unwrap();
+        wait_for(&up);
+        a.kill().unwrap();
+        a.wait().unwrap();
+        // Still held until the ttl runs out.
+        Out::from(with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B"]).output().unwrap())
+            .code(75);
+        let b = Out::from(
+            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B", "--wait", "5s"])
+                .output()
+                .unwrap(),
+        );
+        b.ok();
+        assert_eq!(b.stdout.trim(), "2");
+        // The orphaned command is the reaper's business once the run's lease is gone.
+        std::thread::sleep(Duration::from_millis(600));
+        env.run(&["reap", "--grace", "0.5s"]).ok();
+    }
+}
