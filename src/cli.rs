@@ -1,12 +1,10 @@
-//! The command line: clap types only, one variant per subcommand, and the
-//! entry point that maps a command's result to an exit code.
+//! The command line: clap types only, one variant per subcommand. Parsing
+//! and dispatch live in `cmd`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-
-use crate::exit;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -511,35 +509,4 @@ pub struct RunArgs {
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
-}
-
-/// Parses the command line, runs the command, prints an error once, and
-/// returns the exit code.
-pub fn main() -> u8 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            let _ = e.print();
-            return exit::OK;
-        }
-        Err(e) => {
-            // One line, like every other refusal.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("runws: {first} (see `runws --help`)");
-            return exit::FAILURE;
-        }
-    };
-    match crate::cmd::dispatch(cli) {
-        Ok(code) => code,
-        Err(err) => {
-            if crate::cmd::is_broken_pipe(&err) {
-                return exit::OK;
-            }
-            eprintln!("runws: {}", crate::cmd::render(&err));
-            crate::cmd::exit_code(&err)
-        }
-    }
 }

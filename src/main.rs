@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    std::process::ExitCode::from(runws::cli::main())
+    std::process::ExitCode::from(runws::cmd::main())
 }

@@ -9,9 +9,42 @@ pub mod reap;
 pub mod run;
 pub mod seal;
 
+use clap::Parser;
+
 use crate::cli::{Cli, Command};
 use crate::error::Error;
 use crate::exit;
+
+/// Parses the command line, runs the command, prints an error once, and
+/// returns the exit code.
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return exit::OK;
+        }
+        Err(e) => {
+            // One line, like every other refusal.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("runws: {first} (see `runws --help`)");
+            return exit::FAILURE;
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return exit::OK;
+            }
+            eprintln!("runws: {}", render(&err));
+            exit_code(&err)
+        }
+    }
+}
 
 /// Runs one parsed command line; returns the exit code on success.
 pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {

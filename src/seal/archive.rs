@@ -35,63 +35,13 @@ use nix::sys::stat::fstatat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use sha2::Digest;
 
+pub use super::compress::Format;
 use super::compress::{Compressor, HashingWriter};
 pub use super::exclude::is_never_packed;
 use super::walk::{CHUNK, Packer};
+pub use super::walk::{Inspector, NoInspection, PackOptions};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
-
-/// How the tar stream is compressed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// zstd: fast, the default.
-    Zst,
-    /// gzip: for tools that cannot read zstd.
-    Gz,
-}
-
-impl Format {
-    /// The archive's file extension, without the leading dot.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Format::Zst => "tar.zst",
-            Format::Gz => "tar.gz",
-        }
-    }
-}
-
-/// What to pack and the limits that make a pack fail.
-#[derive(Clone, Debug)]
-pub struct PackOptions {
-    pub format: Format,
-    /// Most bytes of file content packed.
-    pub max_bytes: u64,
-    /// Most entries (files, directories and symlinks) packed.
-    pub max_files: u64,
-    /// The pack fails once this instant has passed.
-    pub deadline: Option<Instant>,
-    /// Top-level names to pack, in this order (e.g. `manifest.json`,
-    /// `inputs`, `outputs`, `work`, `logs`); absent ones are skipped.
-    pub include: Vec<String>,
-}
-
-/// Sees every packed file's bytes during the one read the pack makes.
-/// Calls come in order: `begin_file`, any number of `chunk`, `end_file`.
-/// A failed pack may stop between `begin_file` and `end_file`.
-pub trait Inspector {
-    fn begin_file(&mut self, rel: &str);
-    fn chunk(&mut self, data: &[u8]);
-    fn end_file(&mut self);
-}
-
-/// An inspector that looks at nothing, for quarantine packs.
-pub struct NoInspection;
-
-impl Inspector for NoInspection {
-    fn begin_file(&mut self, _rel: &str) {}
-    fn chunk(&mut self, _data: &[u8]) {}
-    fn end_file(&mut self) {}
-}
 
 /// What a successful pack wrote.
 #[derive(Clone, Debug)]

@@ -7,7 +7,24 @@ use std::io::{self, BufWriter, Write};
 
 use sha2::{Digest, Sha256};
 
-use super::archive::Format;
+/// How the tar stream is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// zstd: fast, the default.
+    Zst,
+    /// gzip: for tools that cannot read zstd.
+    Gz,
+}
+
+impl Format {
+    /// The archive's file extension, without the leading dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Zst => "tar.zst",
+            Format::Gz => "tar.gz",
+        }
+    }
+}
 
 const ZSTD_LEVEL: i32 = 3;
 const GZIP_LEVEL: u32 = 6;

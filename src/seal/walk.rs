@@ -15,12 +15,44 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
-use super::archive::{Inspector, PackOptions};
-use super::compress::Compressor;
+use super::compress::{Compressor, Format};
 use super::exclude::is_never_packed_name;
 use super::links;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
+
+/// What to pack and the limits that make a pack fail.
+#[derive(Clone, Debug)]
+pub struct PackOptions {
+    pub format: Format,
+    /// Most bytes of file content packed.
+    pub max_bytes: u64,
+    /// Most entries (files, directories and symlinks) packed.
+    pub max_files: u64,
+    /// The pack fails once this instant has passed.
+    pub deadline: Option<Instant>,
+    /// Top-level names to pack, in this order (e.g. `manifest.json`,
+    /// `inputs`, `outputs`, `work`, `logs`); absent ones are skipped.
+    pub include: Vec<String>,
+}
+
+/// Sees every packed file's bytes during the one read the pack makes.
+/// Calls come in order: `begin_file`, any number of `chunk`, `end_file`.
+/// A failed pack may stop between `begin_file` and `end_file`.
+pub trait Inspector {
+    fn begin_file(&mut self, rel: &str);
+    fn chunk(&mut self, data: &[u8]);
+    fn end_file(&mut self);
+}
+
+/// An inspector that looks at nothing, for quarantine packs.
+pub struct NoInspection;
+
+impl Inspector for NoInspection {
+    fn begin_file(&mut self, _rel: &str) {}
+    fn chunk(&mut self, _data: &[u8]) {}
+    fn end_file(&mut self) {}
+}
 
 /// Bytes read from a file, and handed to the inspector, at a time.
 pub(super) const CHUNK: usize = 1 << 20;
