@@ -129,6 +129,9 @@ followed, and nothing is matched by name.",
         /// Also remove whole finished or abandoned runs older than DUR
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
         keep: Option<std::time::Duration>,
+        /// Keep claimed branches (worktrees are still removed)
+        #[arg(long)]
+        keep_branch: bool,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
         grace: std::time::Duration,
@@ -486,6 +489,15 @@ pub struct RunArgs {
     /// Also write the command's stdout and stderr to logs/
     #[arg(long)]
     pub capture: bool,
+
+    /// Give the run its own git worktree of REPO (at <run>/repo, on branch
+    /// runws/<run id>) and start the command there
+    #[arg(long, value_name = "REPO")]
+    pub worktree: Option<PathBuf>,
+
+    /// The commit the run's branch starts from
+    #[arg(long, value_name = "REF", default_value = "HEAD", requires = "worktree")]
+    pub base: String,
 
     /// The command's working directory (default: the run's work/)
     #[arg(long, value_name = "DIR")]

@@ -23,3 +23,4 @@ pub mod restore;
 pub mod seal;
 pub mod store;
 pub mod workspace;
+pub mod worktree;

@@ -35,6 +35,8 @@ pub struct Options {
     pub grace: Duration,
     /// How long to wait for a run's manifest lock before skipping it.
     pub lock_wait: Duration,
+    /// Leave claimed branches in place.
+    pub keep_branch: bool,
 }
 
 impl Default for Options {
@@ -44,6 +46,7 @@ impl Default for Options {
             keep: None,
             grace: Duration::from_secs(2),
             lock_wait: Duration::from_secs(2),
+            keep_branch: false,
         }
     }
 }
@@ -226,6 +229,7 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
                         .map_err(|e| format!("cannot remove worktree `{}`: {e}", c.value))
                 }
             }
+            "branch" if opts.keep_branch => Ok(format!("kept branch `{}` (--keep-branch)", c.value)),
             "branch" => {
                 let repo = c.repo.as_deref().unwrap_or(".");
                 let exists =

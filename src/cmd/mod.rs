@@ -68,7 +68,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan { paths, json } => seal::scan(&paths, json),
         Command::Verify { archive } => seal::verify(&archive),
         Command::Restore { archive, to } => seal::restore(&archive, &to),
-        Command::Reap { dry_run, keep, grace, json } => reap::reap(root, dry_run, keep, grace, json),
+        Command::Reap { dry_run, keep, keep_branch, grace, json } => {
+            reap::reap(root, dry_run, keep, keep_branch, grace, json)
+        }
         Command::Lane { command } => lane::dispatch(root, command),
     }
 }

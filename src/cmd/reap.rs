@@ -12,11 +12,12 @@ pub fn reap(
     root: Option<&Path>,
     dry_run: bool,
     keep: Option<Duration>,
+    keep_branch: bool,
     grace: Duration,
     json: bool,
 ) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let opts = Options { dry_run, keep, grace, ..Options::default() };
+    let opts = Options { dry_run, keep, keep_branch, grace, ..Options::default() };
     let reports = reap::reap(&root, &opts)?;
     let failed = reports.iter().any(|r| r.action == "failed");
     let mut out = std::io::stdout().lock();

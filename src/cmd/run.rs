@@ -332,10 +332,37 @@ fn prepare(
     }
     m.env = env.record;
 
-    let cwd = match &args.cwd {
-        Some(c) => invoked_from.join(c),
-        None => run.path().join("work"),
-    };
+    let mut cwd = run.path().join("work");
+    if let Some(repo) = &args.worktree {
+        let added = crate::worktree::add(
+            &invoked_from.join(repo),
+            &run.path().join("repo"),
+            &format!("runws/{}", run.id),
+            &args.base,
+            &root.join("store").join("locks"),
+        )?;
+        let now = manifest::format_time(SystemTime::now());
+        let repo = Some(added.repo.display().to_string());
+        for (kind, value) in
+            [("worktree", added.path.display().to_string()), ("branch", added.branch.clone())]
+        {
+            m.claims.push(crate::manifest::Claim {
+                kind: kind.into(),
+                value,
+                repo: repo.clone(),
+                start_time: None,
+                claimed_at: now.clone(),
+            });
+        }
+        m.extra.insert(
+            "worktree".into(),
+            serde_json::json!({ "repo": added.repo, "path": added.path, "branch": added.branch, "base": added.base }),
+        );
+        cwd = added.path;
+    }
+    if let Some(c) = &args.cwd {
+        cwd = invoked_from.join(c);
+    }
     m.cwd = cwd.display().to_string();
     let path_var = env.vars.get("PATH").cloned().unwrap_or_default();
     let program = if args.command[0] == "runws" {

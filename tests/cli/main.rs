@@ -14,3 +14,4 @@ mod listing;
 mod ports;
 mod reap;
 mod seal;
+mod worktree;
