@@ -110,6 +110,14 @@ pub enum Error {
     #[error("cannot restore into `{}`: {why}", path.display())]
     RestoreTarget { path: PathBuf, why: &'static str },
 
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+
+    /// A guard call that runws answered on the command's behalf (inside a
+    /// sandbox): the message and exit code runws gave.
+    #[error("{message}")]
+    Remote { code: u8, message: String },
+
     #[error("{0}")]
     Other(String),
 }
@@ -124,6 +132,7 @@ impl Error {
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,
             Error::CannotExecute { .. } => exit::CANNOT_EXECUTE,
+            Error::Remote { code, .. } => *code,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }
             | Error::Usage(_)
@@ -144,6 +153,7 @@ impl Error {
             | Error::ArchiveFormat { .. }
             | Error::ArchiveRefused { .. }
             | Error::RestoreTarget { .. }
+            | Error::Sandbox(_)
             | Error::Other(_) => exit::FAILURE,
         }
     }

@@ -19,5 +19,6 @@ pub mod ports;
 pub mod procinfo;
 pub mod reap;
 pub mod restore;
+pub mod sandbox;
 pub mod seal;
 pub mod workspace;

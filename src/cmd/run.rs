@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 
 use crate::child::{self, Outcome, Spec, Watch};
-use crate::cli::RunArgs;
+use crate::cli::{AuditArgs, RunArgs};
 use crate::envbuild::{self, Grant, RunPaths};
 use crate::error::{Error, IoContext};
 use crate::exit;
@@ -24,6 +24,7 @@ use crate::fingerprint;
 use crate::manifest::{self, ChildRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
+use crate::sandbox;
 use crate::workspace::{self, RunDir};
 
 /// A job name: the id alphabet, so it is safe as a path component later.
@@ -84,6 +85,18 @@ fn lossy(args: &[OsString]) -> Vec<String> {
 }
 
 pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
+    let isolation = sandbox::Options::for_run(&args);
+    run_in(args, root, isolation)
+}
+
+/// `runws audit`: a run whose command sees the real file system through a
+/// copy-on-write layer (see [`crate::sandbox::audit`]).
+pub fn audit(args: AuditArgs, root: Option<&Path>) -> anyhow::Result<u8> {
+    let isolation = sandbox::Options::for_audit(&args.run, args.json)?;
+    run_in(args.run, root, Some(isolation))
+}
+
+fn run_in(args: RunArgs, root: Option<&Path>, isolation: Option<sandbox::Options>) -> anyhow::Result<u8> {
     // Checks that create nothing.
     let id = match requested_run_id(&args) {
         Some(id) => {
@@ -145,8 +158,9 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     };
 
     let mut ports = Ports::none();
-    let prepared = prepare(&args, grants, &run, &root, &job, &invoked_from, &mut m, &mut ports);
-    let (spec, capture) = match prepared {
+    let prepared =
+        prepare(&args, grants, &run, &root, &job, &invoked_from, &mut m, &mut ports, isolation.as_ref());
+    let (spec, capture, mut isolated) = match prepared {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e),
     };
@@ -177,6 +191,11 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
         // The command binds these ports itself; the ledger still holds them.
         ports.close_sockets();
     }
+    // --- sandbox: guard calls from inside reach runws over the run's socket.
+    if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
+    }
+    // --- end sandbox
     if let Err(e) = paused.start(&program) {
         let code = e.exit_code();
         let msg = e.to_string();
@@ -188,6 +207,35 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
         eprintln!("runws: {msg}");
         return Ok(code);
     }
+    // --- sandbox: the init reports a refused setup, or each protection
+    // `--sandbox=try` went without, before the command runs.
+    if let Some(setup) = isolated.as_mut() {
+        match setup.wait_started() {
+            Ok(missing) if !missing.is_empty() => {
+                let r = manifest::update(&run.dir, false, |m| {
+                    sandbox::note_missing(m, &missing);
+                    Ok(())
+                });
+                if let Err(e) = r {
+                    eprintln!("runws: warning: cannot record the missing protections of run `{id}`: {e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let code = e.exit_code();
+                let _ = nix::sys::wait::waitpid(pid, None);
+                let msg = e.to_string();
+                let _ = finish(
+                    &run,
+                    Outcome { exit_code: Some(code as i32), signal: None, timed_out: false },
+                    Some(msg.clone()),
+                );
+                eprintln!("runws: {msg}");
+                return Ok(code);
+            }
+        }
+    }
+    // --- end sandbox
     let tees = capture.map(|c| c.start());
 
     let ttl = args.lease_ttl;
@@ -228,6 +276,11 @@ pub fn run(args: RunArgs, root: Option<&Path>) -> anyhow::Result<u8> {
     }
     let outcome = outcome?;
     let code = exit_code(&outcome);
+    // --- sandbox: record and show what an audit found.
+    if let Some(setup) = isolated.as_ref() {
+        setup.finish(&run)?;
+    }
+    // --- end sandbox
     finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
     Ok(code)
@@ -256,7 +309,8 @@ fn prepare(
     invoked_from: &Path,
     m: &mut Manifest,
     ports: &mut Ports,
-) -> Result<(Spec, Option<Capture>), Error> {
+    isolation: Option<&sandbox::Options>,
+) -> Result<(Spec, Option<Capture>, Option<sandbox::Setup>), Error> {
     let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
     run.sub("bin")?.symlink(&exe, "runws")?;
 
@@ -312,7 +366,7 @@ fn prepare(
         ),
         None => (None, None),
     };
-    let spec = Spec {
+    let mut spec = Spec {
         program,
         argv: args.command.clone(),
         env: env.vars.into_iter().collect(),
@@ -321,8 +375,15 @@ fn prepare(
         stdout,
         stderr,
         foreground: foreground(),
+        keep: Vec::new(),
     };
-    Ok((spec, capture))
+    // --- sandbox: the child executes the sandbox init, which runs the command.
+    let isolated = match isolation {
+        Some(opts) => Some(sandbox::prepare(opts, &mut spec, run, root, &exe, m)?),
+        None => None,
+    };
+    // --- end sandbox
+    Ok((spec, capture, isolated))
 }
 
 /// Records a run that failed before its command started, then reports it.
