@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod audit;
 mod bad_input;
 mod concurrency;
 mod environment;
@@ -11,3 +12,4 @@ mod inputs;
 mod listing;
 mod ports;
 mod reap;
+mod sandbox;

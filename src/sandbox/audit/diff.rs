@@ -190,3 +190,43 @@ pub fn compare_file(copy: &Path, original: &Path) -> Option<Change> {
         what: vec!["content".into()],
     })
 }
+
+/// Entries made or removed directly in a skeleton directory (see
+/// `Staged::layer_dir`): everything in `target` and not in `real` was
+/// created (with all it holds); the reverse was deleted.
+pub fn compare_skeleton(target: &Path, real: &Path, out: &mut Vec<Change>) {
+    let names = |d: &Path| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+    };
+    let (made, had) = (names(target), names(real));
+    for n in &made {
+        if !had.contains(n) {
+            created_tree(&target.join(n), &real.join(n), out);
+        }
+    }
+    for n in had.iter().filter(|n| !made.contains(n)) {
+        let kind = std::fs::symlink_metadata(real.join(n)).map(|m| kind_of_mode(m.mode())).unwrap_or("file");
+        out.push(Change {
+            path: real.join(n).display().to_string(),
+            change: "deleted".into(),
+            kind: kind.into(),
+            what: Vec::new(),
+        });
+    }
+}
+
+fn created_tree(staged: &Path, shown: &Path, out: &mut Vec<Change>) {
+    let Ok(meta) = std::fs::symlink_metadata(staged) else { return };
+    let kind = kind_of_mode(meta.mode());
+    out.push(Change {
+        path: shown.display().to_string(),
+        change: "created".into(),
+        kind: kind.into(),
+        what: Vec::new(),
+    });
+    if meta.is_dir() {
+        for e in std::fs::read_dir(staged).into_iter().flatten().flatten() {
+            created_tree(&e.path(), &shown.join(e.file_name()), out);
+        }
+    }
+}

@@ -94,6 +94,15 @@ pub struct Staged {
     files: Vec<FileCopy>,
     not_audited: Vec<NotAudited>,
     logs: Dir,
+    staging: PathBuf,
+    staging_fd: OwnedFd,
+    userxattr: bool,
+    /// Every mount point of the machine, and the run directory: a
+    /// directory walk for a skeleton stops at each.
+    points: Vec<PathBuf>,
+    /// Skeleton tmpfs mounts (target, the real directory), compared entry
+    /// by entry with the real directory afterwards.
+    skeletons: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One line of /proc/self/mountinfo: the mount point and the type.
@@ -163,14 +172,26 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
     // one, and the command (which sees the real run directory) never sees it.
     let staging = run.join("tmp");
     mounts::tmpfs(&staging, 0o700)?;
-    let staging_fd = nix::fcntl::open(&staging, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+    let staging_fd: OwnedFd = nix::fcntl::open(&staging, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
         .map_err(|e| Refused::new(P, format!("cannot open the staging area: {e}")))?;
     let root = staging.join("root");
     std::fs::create_dir(&root).map_err(|e| Refused::new(P, format!("cannot create the audit root: {e}")))?;
-    let mut staged =
-        Staged { root: root.clone(), layers: Vec::new(), files: Vec::new(), not_audited: Vec::new(), logs };
+    let mut points: Vec<PathBuf> = table.iter().map(|e| e.point.clone()).collect();
+    points.push(run.clone());
+    let mut staged = Staged {
+        root: root.clone(),
+        layers: Vec::new(),
+        files: Vec::new(),
+        not_audited: Vec::new(),
+        logs,
+        staging: staging.clone(),
+        staging_fd,
+        userxattr: plan.user_namespace,
+        points,
+        skeletons: Vec::new(),
+    };
     let special = [Path::new("/proc"), Path::new("/sys"), Path::new("/dev")];
-    for (i, e) in table.iter().enumerate() {
+    for e in &table {
         let p = &e.point;
         // The workspace is not audited; /proc, /sys and /dev (with what is
         // mounted beneath them) are placed after the layers.
@@ -183,11 +204,10 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
             Err(_) => continue,
         };
         if !meta.is_dir() {
-            staged.single_file(p, &target, &staging, i)?;
+            staged.single_file(p, &target)?;
             continue;
         }
-        let layered = staged.overlay(p, &target, &staging_fd, &staging, i, plan.user_namespace);
-        if let Err(why) = layered {
+        if let Err(why) = staged.layer_dir(p, &target) {
             if p == Path::new("/") {
                 return Err(why);
             }
@@ -199,11 +219,10 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
     // /dev: the real device nodes; its tmpfs mounts (/dev/shm) get layers
     // above, so it is bound first.
     bind(Path::new("/dev"), &inside(&root, Path::new("/dev")), true)?;
-    for (i, e) in table.iter().enumerate() {
+    for e in &table {
         if e.point.starts_with("/dev") && e.point != Path::new("/dev") && e.fstype == "tmpfs" {
             let target = inside(&root, &e.point);
-            if let Err(why) = staged.overlay(&e.point, &target, &staging_fd, &staging, i, plan.user_namespace)
-            {
+            if let Err(why) = staged.overlay(&e.point, &target) {
                 staged.not_audited.push(NotAudited { path: e.point.display().to_string(), why: why.why });
             }
         }
@@ -234,48 +253,87 @@ impl Staged {
         &self.root
     }
 
-    fn overlay(
-        &mut self,
-        point: &Path,
-        target: &Path,
-        staging_fd: &OwnedFd,
-        staging: &Path,
-        i: usize,
-        userxattr: bool,
-    ) -> Result<(), Refused> {
+    /// Layers the directory `src` at `target`. When the kernel refuses
+    /// (an unprivileged overlay may not cover mounts it inherited, such as
+    /// everything mounted beneath `/`), `target` becomes a skeleton instead:
+    /// a tmpfs with each subdirectory of `src` layered on its own, each file
+    /// bound read-only, each symlink copied. New entries made directly in a
+    /// skeleton land in the tmpfs and are reported; the skeleton is writable
+    /// only when the caller may write to `src` (`/tmp` is, `/` is not).
+    fn layer_dir(&mut self, src: &Path, target: &Path) -> Result<(), Refused> {
+        let why = match self.overlay(src, target) {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
+        if !self.points.iter().any(|p| p != src && p.starts_with(src)) {
+            return Err(why);
+        }
+        let mut mode = std::fs::metadata(src)
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+            .unwrap_or(0o755);
+        if nix::unistd::access(src, nix::unistd::AccessFlags::W_OK).is_err() {
+            mode &= !0o222;
+        }
+        mounts::tmpfs(target, mode)?;
+        self.skeletons.push((target.to_path_buf(), src.to_path_buf()));
+        let entries = std::fs::read_dir(src)
+            .map_err(|e| Refused::new(P, format!("cannot list `{}`: {e}", src.display())))?;
+        for entry in entries.flatten() {
+            let (s, t) = (src.join(entry.file_name()), target.join(entry.file_name()));
+            let Ok(meta) = std::fs::symlink_metadata(&s) else { continue };
+            let made = if meta.is_dir() {
+                std::fs::create_dir(&t)
+                    .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))?;
+                let special = ["/proc", "/sys", "/dev"].iter().any(|x| s == Path::new(x));
+                if special || self.points.contains(&s) {
+                    continue;
+                }
+                self.layer_dir(&s, &t)
+            } else if meta.file_type().is_symlink() {
+                std::fs::read_link(&s)
+                    .and_then(|l| std::os::unix::fs::symlink(l, &t))
+                    .map_err(|e| Refused::new(P, format!("cannot copy the symlink `{}`: {e}", s.display())))
+            } else {
+                std::fs::File::create(&t)
+                    .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))
+                    .and_then(|_| bind(&s, &t, false))
+                    .and_then(|()| set_read_only(&t, true, false))
+            };
+            if let Err(why) = made {
+                self.not_audited.push(NotAudited { path: s.display().to_string(), why: why.why });
+            }
+        }
+        Ok(())
+    }
+
+    fn overlay(&mut self, point: &Path, target: &Path) -> Result<(), Refused> {
+        let i = self.layers.len();
         let lower =
             nix::fcntl::open(point, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
                 .map_err(|e| Refused::new(P, format!("cannot open `{}`: {e}", point.display())))?;
         for d in ["u", "w"] {
-            let dir = staging.join(format!("{d}{i}"));
-            std::fs::create_dir(&dir)
-                .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", dir.display())))?;
+            let dir = self.staging.join(format!("{d}{i}"));
+            if !dir.exists() {
+                std::fs::create_dir(&dir)
+                    .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", dir.display())))?;
+            }
         }
         // Descriptor paths keep commas and colons in real paths out of the
         // option string.
-        let s = fd_path(staging_fd);
+        let s = fd_path(&self.staging_fd);
         let mut opts = format!("lowerdir={},upperdir={s}/u{i},workdir={s}/w{i}", fd_path(&lower));
-        if userxattr {
+        if self.userxattr {
             opts.push_str(",userxattr");
         }
         nix::mount::mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
             .map_err(|e| Refused::new(P, format!("cannot layer `{}`: {e}", point.display())))?;
-        self.layers.push(Layer {
-            mount_point: point.to_path_buf(),
-            lower,
-            upper: staging.join(format!("u{i}")),
-        });
+        let upper = self.staging.join(format!("u{i}"));
+        self.layers.push(Layer { mount_point: point.to_path_buf(), lower, upper });
         Ok(())
     }
 
-    fn single_file(
-        &mut self,
-        original: &Path,
-        target: &Path,
-        staging: &Path,
-        i: usize,
-    ) -> Result<(), Refused> {
-        let copy = staging.join(format!("f{i}"));
+    fn single_file(&mut self, original: &Path, target: &Path) -> Result<(), Refused> {
+        let copy = self.staging.join(format!("f{}", self.files.len() + self.not_audited.len()));
         match std::fs::copy(original, &copy) {
             Ok(_) => {
                 bind(&copy, target, false)?;
@@ -299,6 +357,9 @@ impl Staged {
         for layer in &self.layers {
             diff::walk(&layer.upper, &layer.lower, &layer.mount_point, &mut changes)
                 .map_err(|e| e.to_string())?;
+        }
+        for (target, src) in &self.skeletons {
+            diff::compare_skeleton(target, src, &mut changes);
         }
         for f in &self.files {
             if let Some(c) = diff::compare_file(&f.copy, &f.original) {
