@@ -56,16 +56,6 @@ the run (on stderr, or as JSON on stdout with --json) and record the list in the
     )]
     Audit(Box<AuditArgs>),
 
-    #[command(name = "__sandbox-init", hide = true)]
-    SandboxInit {
-        #[arg(long)]
-        status_fd: i32,
-        #[arg(long)]
-        plan_fd: i32,
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        command: Vec<OsString>,
-    },
-
     /// Write an output of the current run (called by the command)
     #[command(long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \
 standard input when FILE is `-` or absent, and record its bytes and sha256 in the manifest. \
@@ -279,6 +269,12 @@ pub struct AuditArgs {
 /// Parses the command line, runs the command, prints an error once, and
 /// returns the exit code.
 pub fn main() -> u8 {
+    // The sandbox init (runws re-executed by itself) skips the command-line
+    // parser: it sits on the start-up path of every sandboxed run.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == crate::sandbox::INIT_COMMAND) {
+        return crate::sandbox::init::main_from_args(args.collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

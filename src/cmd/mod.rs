@@ -16,9 +16,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Run(args) => run::run(*args, root),
         Command::Audit(args) => run::audit(*args, root),
-        Command::SandboxInit { status_fd, plan_fd, command } => {
-            Ok(crate::sandbox::init::main(status_fd, plan_fd, command))
-        }
         Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
         Command::Has { name } => guard::has(&name),

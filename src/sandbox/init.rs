@@ -85,8 +85,24 @@ fn close_listen_fds() {
     }
 }
 
-/// Entry point of the hidden subcommand; returns the exit code.
-pub fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
+/// Entry point of `runws __sandbox-init --status-fd N --plan-fd M -- COMMAND...`
+/// (the arguments after the subcommand's name); returns the exit code.
+pub fn main_from_args(args: Vec<OsString>) -> u8 {
+    let fd = |i: usize| args.get(i).and_then(|a| a.to_str()).and_then(|a| a.parse::<RawFd>().ok());
+    let shape_ok = args.len() >= 5 && args[0] == "--status-fd" && args[2] == "--plan-fd" && args[4] == "--";
+    match (shape_ok, fd(1), fd(3)) {
+        (true, Some(status), Some(plan)) => main(status, plan, args[5..].to_vec()),
+        _ => {
+            eprintln!(
+                "runws: {} is started by `runws run --sandbox` and `runws audit` only",
+                super::INIT_COMMAND
+            );
+            exit::FAILURE
+        }
+    }
+}
+
+fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     block_forwarded();
     if status_fd < 3 || plan_fd < 3 || status_fd == plan_fd {
         eprintln!("runws: sandbox: invalid descriptors {status_fd}, {plan_fd}");
