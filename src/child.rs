@@ -100,6 +100,10 @@ pub struct Spec {
     pub stderr: Option<OwnedFd>,
     /// Make the child's group the terminal's foreground group.
     pub foreground: bool,
+    /// Descriptors the program inherits at their own numbers (close-on-exec
+    /// is cleared in the child only). Each must be >= 64 (see [`high_fd`]),
+    /// so placing the listening sockets at 3, 4, ... cannot overwrite it.
+    pub keep: Vec<OwnedFd>,
 }
 
 /// A forked child waiting at its gate.
@@ -115,7 +119,7 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
 
 /// Moves `fd` to a descriptor >= 64, close-on-exec, so that placing the
 /// listening sockets at 3, 4, ... in the child cannot overwrite it.
-fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
+pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor we own; the result is a
     // new descriptor that nothing else owns.
     let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
@@ -168,10 +172,12 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let (out_raw, errfd_raw) =
         (stdout.as_ref().map(|f| f.as_raw_fd()), stderr.as_ref().map(|f| f.as_raw_fd()));
     let foreground = spec.foreground;
+    let keep = spec.keep;
+    let keep_raw: Vec<RawFd> = keep.iter().map(|f| f.as_raw_fd()).collect();
 
     // SAFETY: after fork the child calls only async-signal-safe functions
-    // (setpgid, tcsetpgrp, signal, dup2, chdir, read, sigprocmask, execve,
-    // write, _exit) on memory prepared above; it never allocates or locks.
+    // (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask,
+    // execve, write, _exit) on memory prepared above; it never allocates or locks.
     match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
         nix::unistd::ForkResult::Child => {
             // SAFETY: see above; every pointer refers to memory owned by this
@@ -187,6 +193,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
                     stdout: out_raw,
                     stderr: errfd_raw,
                     listen: &listen_raw,
+                    keep: &keep_raw,
                     listen_pid: if listen_raw.is_empty() {
                         None
                     } else {
@@ -200,7 +207,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
             // Also set the group from this side, so a signal forwarded before
             // the child ran its first instruction still reaches the group.
             let _ = nix::unistd::setpgid(child, child);
-            drop((gate_r, err_w, stdout, stderr, listen));
+            drop((gate_r, err_w, stdout, stderr, listen, keep));
             Ok(Paused { pid: child, gate: gate_w, errors: err_r })
         }
     }
@@ -216,6 +223,7 @@ struct ChildFds<'a> {
     stdout: Option<RawFd>,
     stderr: Option<RawFd>,
     listen: &'a [RawFd],
+    keep: &'a [RawFd],
     listen_pid: Option<*mut u8>,
     foreground: bool,
 }
@@ -248,6 +256,11 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
         }
         for (i, fd) in c.listen.iter().enumerate() {
             if libc::dup2(*fd, 3 + i as i32) < 0 {
+                fail(*libc::__errno_location());
+            }
+        }
+        for fd in c.keep {
+            if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
                 fail(*libc::__errno_location());
             }
         }

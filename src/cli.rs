@@ -46,6 +46,18 @@ path is resolved from where runws was started.",
     )]
     Run(Box<RunArgs>),
 
+    /// Run a command as it would run, behind a copy-on-write layer, and report
+    /// what it changed outside its run
+    #[command(
+        long_about = "Run COMMAND with every location outside its run directory behind a \
+copy-on-write layer (an overlay with a per-run upper layer), so it behaves as it would without \
+runws (it sees your real HOME, caches and config paths) but nothing it writes there reaches the \
+file system. Afterwards, list every file and directory it created, changed or deleted outside \
+the run (on stderr, or as JSON on stdout with --json) and record the list in the manifest.",
+        after_help = "Examples:\n  runws audit -- git config --global user.name x\n  runws audit --json -- npm cache add left-pad"
+    )]
+    Audit(Box<AuditArgs>),
+
     /// Write an output of the current run (called by the command)
     #[command(long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \
 standard input when FILE is `-` or absent, and record its bytes and sha256 in the manifest. \
@@ -518,7 +530,46 @@ pub struct RunArgs {
     #[command(flatten)]
     pub seal_opts: SealArgs,
 
+    /// Run inside a sandbox: read-only file system, private /tmp, hidden home,
+    /// own PID namespace; refuse the run if a protection fails (`try`: run
+    /// without it and record it)
+    #[arg(
+        long,
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_parser = ["on", "try"]
+    )]
+    pub sandbox: Option<String>,
+
+    /// With --sandbox: `none` for a network with only loopback (default: host)
+    #[arg(long, value_enum, value_name = "NET", requires = "sandbox")]
+    pub net: Option<crate::sandbox::Net>,
+
+    /// With --sandbox: make PATH writable (repeatable)
+    #[arg(long = "rw", value_name = "PATH", requires = "sandbox")]
+    pub rw: Vec<PathBuf>,
+
+    /// With --sandbox: make PATH visible, read-only, even where it is hidden (repeatable)
+    #[arg(long = "ro", value_name = "PATH", requires = "sandbox")]
+    pub ro: Vec<PathBuf>,
+
+    /// With --sandbox: hide PATH behind an empty, read-only directory or file (repeatable)
+    #[arg(long = "hide", value_name = "PATH", requires = "sandbox")]
+    pub hide: Vec<PathBuf>,
+
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Print the report as JSON on stdout (after the command's own output)
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub run: RunArgs,
 }

@@ -147,6 +147,14 @@ pub enum Error {
     #[error("store state `{}` is corrupt: {why}", path.display())]
     StoreCorrupt { path: PathBuf, why: String },
 
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+
+    /// A guard call that runws answered on the command's behalf (inside a
+    /// sandbox): the message and exit code runws gave.
+    #[error("{message}")]
+    Remote { code: u8, message: String },
+
     #[error("{0}")]
     Other(String),
 }
@@ -169,6 +177,7 @@ impl Error {
             // elsewhere: stop working on what it guarded.
             Error::LeaseHeld { .. } | Error::NotLeaseHolder { .. } => exit::LEASE_HELD,
             Error::StaleFence { .. } => exit::STALE_FENCE,
+            Error::Remote { code, .. } => *code,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }
             | Error::Usage(_)
@@ -193,6 +202,7 @@ impl Error {
             | Error::StoreUnreachable { .. }
             | Error::Store { .. }
             | Error::StoreCorrupt { .. }
+            | Error::Sandbox(_)
             | Error::Other(_) => exit::FAILURE,
         }
     }

@@ -32,6 +32,7 @@ use crate::fingerprint::{self, copy_and_hash, hash_reader};
 use crate::fsx::{self, Dir};
 use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
 use crate::procinfo;
+use crate::sandbox::broker::client as broker;
 use crate::workspace::{self, RunDir};
 
 /// What a write did.
@@ -47,6 +48,19 @@ pub enum Written {
 #[derive(Debug)]
 pub struct Guard {
     run: RunDir,
+    via: Via,
+}
+
+/// Who performs the calls, and whose membership in the run is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// This process, checked against `/proc` (a plain run).
+    Local,
+    /// runws, over the run's socket (a sandboxed run: see
+    /// [`crate::sandbox::broker`]); runws makes the check from outside.
+    Broker,
+    /// runws itself, on behalf of the process with this pid.
+    Peer(i32),
 }
 
 fn env_str(key: &str) -> Result<Option<String>> {
@@ -75,6 +89,16 @@ impl Guard {
 
     /// The run in `run_dir`, which must be `ROOT/runs/<run_id>`.
     pub fn open(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<Guard> {
+        Guard::open_via(run_dir, run_id, root, Via::Local)
+    }
+
+    /// The run in `run_dir`, for calls runws makes on behalf of process
+    /// `pid` (which must belong to the run, as for [`Guard::open`]).
+    pub fn open_for_peer(run_dir: &Path, run_id: &str, root: Option<&Path>, pid: i32) -> Result<Guard> {
+        Guard::open_via(run_dir, run_id, root, Via::Peer(pid))
+    }
+
+    fn open_via(run_dir: &Path, run_id: &str, root: Option<&Path>, via: Via) -> Result<Guard> {
         workspace::check_run_id(run_id).map_err(|e| Error::NotInRun { why: e.to_string() })?;
         let mismatch = || Error::NotInRun {
             why: format!("RUNWS_DIR `{}` is not the directory of run `{run_id}`", run_dir.display()),
@@ -95,8 +119,13 @@ impl Guard {
             });
         }
         let run = RunDir::open(derived_root, run_id)?;
-        let guard = Guard { run };
-        guard.manifest()?;
+        let m = manifest::read(&run.dir)?;
+        let via =
+            if via == Via::Local && crate::sandbox::record_of(&m).is_some() { Via::Broker } else { via };
+        let guard = Guard { run, via };
+        if via != Via::Broker {
+            guard.check_live(&m)?;
+        }
         Ok(guard)
     }
 
@@ -111,6 +140,9 @@ impl Guard {
     /// The current manifest, after checking that the caller belongs to this
     /// live run.
     pub fn manifest(&self) -> Result<Manifest> {
+        if self.via == Via::Broker {
+            return broker::manifest(self.dir());
+        }
         let m = manifest::read(&self.run.dir)?;
         self.check_live(&m)?;
         Ok(m)
@@ -140,7 +172,11 @@ impl Guard {
             });
         }
         let pgid = m.child.as_ref().map(|c| c.pgid);
-        if !procinfo::caller_belongs_to(m.runws.pid, m.runws.start_time, pgid) {
+        let caller = match self.via {
+            Via::Peer(pid) => pid,
+            Via::Local | Via::Broker => std::process::id() as i32,
+        };
+        if !procinfo::pid_belongs_to(caller, m.runws.pid, m.runws.start_time, pgid) {
             return Err(Error::NotInRun { why: format!("this process is not part of run `{id}`") });
         }
         Ok(())
@@ -158,6 +194,9 @@ impl Guard {
     /// atomically, recorded with its bytes and sha256.
     pub fn put(&self, name: &str, reader: &mut impl Read) -> Result<Written> {
         fsx::check_name(name)?;
+        if self.via == Via::Broker {
+            return broker::put(self.dir(), name, reader);
+        }
         self.manifest()?;
         let outputs = self.outputs()?;
         let file = self.file_name(name);
@@ -238,6 +277,10 @@ impl Guard {
     /// Copies output `name` of this run to `out`. `from` may only name this
     /// run: reading another run's output is refused.
     pub fn get(&self, name: &str, from: Option<&str>, out: &mut impl Write) -> Result<u64> {
+        if self.via == Via::Broker {
+            fsx::check_name(name)?;
+            return broker::get(self.dir(), name, from, out);
+        }
         if let Some(other) = from
             && other != self.run.id
         {
@@ -260,6 +303,10 @@ impl Guard {
 
     /// True only if this run recorded `name` and its bytes still match.
     pub fn has(&self, name: &str) -> Result<bool> {
+        if self.via == Via::Broker {
+            fsx::check_name(name)?;
+            return broker::has(self.dir(), name);
+        }
         match self.open_verified(name) {
             Ok(_) => Ok(true),
             Err(Error::NotProduced { .. }) => Ok(false),
@@ -273,6 +320,9 @@ impl Guard {
     pub fn import(&self, run: &str, name: &str) -> Result<InputRecord> {
         fsx::check_name(name)?;
         workspace::check_run_id(run)?;
+        if self.via == Via::Broker {
+            return broker::import(self.dir(), run, name);
+        }
         self.manifest()?;
         let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: name.to_string(), why };
         if run == self.run.id {
@@ -340,7 +390,13 @@ impl Guard {
 
     /// Records something this run created outside plain files of its own
     /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`.
+    /// Inside a sandbox a `pgid` claim is accepted but not recorded: its
+    /// numbers mean nothing outside the PID namespace, and every process of
+    /// a sandboxed run ends with the run anyway.
     pub fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
+        if self.via == Via::Broker {
+            return broker::claim(self.dir(), kind, value, repo);
+        }
         let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
         let absolute = |p: &Path| cwd.join(p).display().to_string();
         let bad = |why: &str| Error::Usage(format!("cannot claim {kind} `{}`: {why}", value.escape_debug()));

@@ -20,6 +20,7 @@ pub mod ports;
 pub mod procinfo;
 pub mod reap;
 pub mod restore;
+pub mod sandbox;
 pub mod seal;
 pub mod store;
 pub mod workspace;

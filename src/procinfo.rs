@@ -41,11 +41,16 @@ pub fn is_same_process(pid: i32, start_time: u64) -> bool {
 /// True when the calling process descends from `ancestor` (which must still
 /// be the process that started at `start_time`), or belongs to `pgid`.
 pub fn caller_belongs_to(ancestor: i32, start_time: u64, pgid: Option<i32>) -> bool {
+    pid_belongs_to(std::process::id() as i32, ancestor, start_time, pgid)
+}
+
+/// True when process `pid` descends from `ancestor` (which must still be
+/// the process that started at `start_time`), or belongs to `pgid`.
+pub fn pid_belongs_to(pid: i32, ancestor: i32, start_time: u64, pgid: Option<i32>) -> bool {
     if !is_same_process(ancestor, start_time) {
         return false;
     }
-    let me = std::process::id() as i32;
-    let mut pid = me;
+    let mut pid = pid;
     for _ in 0..4096 {
         let Some(s) = stat(pid) else { break };
         if let Some(g) = pgid

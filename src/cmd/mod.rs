@@ -18,6 +18,12 @@ use crate::exit;
 /// Parses the command line, runs the command, prints an error once, and
 /// returns the exit code.
 pub fn main() -> u8 {
+    // The sandbox init (runws re-executed by itself) skips the command-line
+    // parser: it sits on the start-up path of every sandboxed run.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == crate::sandbox::INIT_COMMAND) {
+        return crate::sandbox::init::main_from_args(args.collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -56,6 +62,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Publish { key, file, fence, to, verbose } => {
             lease::publish(root, store, &key, file.as_deref(), fence, to.as_deref(), verbose)
         }
+        Command::Audit(args) => run::audit(*args, root, store),
         Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
         Command::Has { name } => guard::has(&name),

@@ -17,7 +17,7 @@ use anyhow::Context;
 
 use super::lease::RunLease;
 use crate::child::{self, Outcome, Spec, Watch};
-use crate::cli::RunArgs;
+use crate::cli::{AuditArgs, RunArgs};
 use crate::envbuild::{self, Grant, RunPaths};
 use crate::error::{Error, IoContext};
 use crate::exit;
@@ -25,6 +25,7 @@ use crate::fingerprint;
 use crate::manifest::{self, ChildRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
+use crate::sandbox;
 use crate::workspace::{self, RunDir};
 
 /// A job name: the id alphabet, so it is safe as a path component later.
@@ -85,6 +86,23 @@ fn lossy(args: &[OsString]) -> Vec<String> {
 }
 
 pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
+    let isolation = sandbox::Options::for_run(&args);
+    run_in(args, root, store, isolation)
+}
+
+/// `runws audit`: a run whose command sees the real file system through a
+/// copy-on-write layer (see [`crate::sandbox::audit`]).
+pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
+    let isolation = sandbox::Options::for_audit(&args.run, args.json)?;
+    run_in(args.run, root, store, Some(isolation))
+}
+
+fn run_in(
+    args: RunArgs,
+    root: Option<&Path>,
+    store: Option<&str>,
+    isolation: Option<sandbox::Options>,
+) -> anyhow::Result<u8> {
     // Checks that create nothing.
     let id = match requested_run_id(&args) {
         Some(id) => {
@@ -156,8 +174,19 @@ pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::R
     }
     let mut ports = Ports::none();
     let fence = lease.as_ref().map(|l| (l.key.clone(), l.token, l.url.clone()));
-    let prepared = prepare(&args, grants, fence, &run, &root, &job, &invoked_from, &mut m, &mut ports);
-    let (spec, capture) = match prepared {
+    let prepared = prepare(
+        &args,
+        grants,
+        fence,
+        &run,
+        &root,
+        &job,
+        &invoked_from,
+        &mut m,
+        &mut ports,
+        isolation.as_ref(),
+    );
+    let (spec, capture, mut isolated) = match prepared {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e),
     };
@@ -188,6 +217,11 @@ pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::R
         // The command binds these ports itself; the ledger still holds them.
         ports.close_sockets();
     }
+    // --- sandbox: guard calls from inside reach runws over the run's socket.
+    if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
+    }
+    // --- end sandbox
     if let Err(e) = paused.start(&program) {
         let code = e.exit_code();
         let msg = e.to_string();
@@ -199,6 +233,35 @@ pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::R
         eprintln!("runws: {msg}");
         return Ok(code);
     }
+    // --- sandbox: the init reports a refused setup, or each protection
+    // `--sandbox=try` went without, before the command runs.
+    if let Some(setup) = isolated.as_mut() {
+        match setup.wait_started() {
+            Ok(missing) if !missing.is_empty() => {
+                let r = manifest::update(&run.dir, false, |m| {
+                    sandbox::note_missing(m, &missing);
+                    Ok(())
+                });
+                if let Err(e) = r {
+                    eprintln!("runws: warning: cannot record the missing protections of run `{id}`: {e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let code = e.exit_code();
+                let _ = nix::sys::wait::waitpid(pid, None);
+                let msg = e.to_string();
+                let _ = finish(
+                    &run,
+                    Outcome { exit_code: Some(code as i32), signal: None, timed_out: false },
+                    Some(msg.clone()),
+                );
+                eprintln!("runws: {msg}");
+                return Ok(code);
+            }
+        }
+    }
+    // --- end sandbox
     let tees = capture.map(|c| c.start());
 
     let ttl = args.lease_ttl;
@@ -243,6 +306,11 @@ pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::R
     }
     let outcome = outcome?;
     let code = exit_code(&outcome);
+    // --- sandbox: record and show what an audit found.
+    if let Some(setup) = isolated.as_ref() {
+        setup.finish(&run)?;
+    }
+    // --- end sandbox
     finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
     drop(lease);
@@ -281,7 +349,8 @@ fn prepare(
     invoked_from: &Path,
     m: &mut Manifest,
     ports: &mut Ports,
-) -> Result<(Spec, Option<Capture>), Error> {
+    isolation: Option<&sandbox::Options>,
+) -> Result<(Spec, Option<Capture>, Option<sandbox::Setup>), Error> {
     let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
     run.sub("bin")?.symlink(&exe, "runws")?;
 
@@ -380,7 +449,7 @@ fn prepare(
         ),
         None => (None, None),
     };
-    let spec = Spec {
+    let mut spec = Spec {
         program,
         argv: args.command.clone(),
         env: env.vars.into_iter().collect(),
@@ -389,8 +458,15 @@ fn prepare(
         stdout,
         stderr,
         foreground: foreground(),
+        keep: Vec::new(),
     };
-    Ok((spec, capture))
+    // --- sandbox: the child executes the sandbox init, which runs the command.
+    let isolated = match isolation {
+        Some(opts) => Some(sandbox::prepare(opts, &mut spec, run, root, &exe, m)?),
+        None => None,
+    };
+    // --- end sandbox
+    Ok((spec, capture, isolated))
 }
 
 /// Records a run that failed before its command started, then reports it.

@@ -207,7 +207,7 @@ fn proc_environ_of_runws_is_unreadable_for_a_non_root_child() {
             .gid(65534);
         cmd = c;
     }
-    let out = Out::from(cmd.output().unwrap());
+    let out = Out::from(crate::sandbox::Retry::output_retrying(&mut cmd));
     out.ok().stdout_has("SELF_OK").stdout_has("PARENT_DENIED");
     assert!(!out.stdout.contains(&secret));
 }

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod audit;
 mod bad_input;
 mod concurrency;
 mod environment;
@@ -13,5 +14,6 @@ mod lease;
 mod listing;
 mod ports;
 mod reap;
+mod sandbox;
 mod seal;
 mod worktree;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Benchmarks for `runws run --sandbox` and `runws audit`. As bench/run.sh:
+# each section runs runws side by side with its reference in one hyperfine
+# invocation and prints the ratio of medians. Results go to
+# bench/results/<section>.json; BENCHMARKS.md summarises them by hand.
+#
+#   bench/sandbox.sh [sandbox|audit|all]
+#
+# Each section runs twice: with the root on the repository's file system
+# (the manifest's fsyncs paid as a user pays them) and on tmpfs (/dev/shm),
+# which leaves only the cost of the sandbox itself.
+# Needs: hyperfine, python3, bwrap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+section=${1:-all}
+cargo build --release --locked >/dev/null
+BIN=$PWD/target/release/runws
+RESULTS=$PWD/bench/results
+mkdir -p "$RESULTS"
+WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
+SHM=$(mktemp -d /dev/shm/runws-bench.XXXXXX)
+trap 'rm -rf "$WORK" "$SHM"' EXIT
+
+ratio() { # json file, index of the reference command
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+data = json.load(open(sys.argv[1]))["results"]
+med = {r["command"]: statistics.median(r["times"]) for r in data}
+cmds = list(med)
+ref = cmds[int(sys.argv[2])]
+for c in cmds:
+    print(f"  median {med[c]*1000:9.3f} ms  ratio {med[c]/med[ref]:5.2f}  {c}")
+PY
+}
+
+machine() {
+  echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), user $(id -un)"
+}
+
+BWRAP="bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --die-with-parent /bin/true"
+
+sandbox() {
+  machine
+  for where in disk tmpfs; do
+    local root=$WORK/root-sandbox
+    [ "$where" = tmpfs ] && root=$SHM/root-sandbox
+    echo "== sandbox ($where root): runws run --sandbox --net none -- /bin/true against bwrap"
+    hyperfine -N --warmup 20 --runs 300 --export-json "$RESULTS/sandbox-$where.json" \
+      "$BWRAP" \
+      "$BIN run --root $root --ports 1 --sandbox --net none -- /bin/true" >/dev/null
+    ratio "$RESULTS/sandbox-$where.json" 0
+  done
+}
+
+audit() {
+  machine
+  for where in disk tmpfs; do
+    local root=$WORK/root-audit
+    [ "$where" = tmpfs ] && root=$SHM/root-audit
+    echo "== audit ($where root): runws audit -- /bin/true against runws run -- /bin/true"
+    hyperfine -N --warmup 10 --runs 200 --export-json "$RESULTS/audit-$where.json" \
+      "$BIN run --root $root --ports 1 -- /bin/true" \
+      "$BIN audit --root $root --ports 1 -- /bin/true" >/dev/null 2>&1
+    ratio "$RESULTS/audit-$where.json" 0
+  done
+}
+
+case "$section" in
+  sandbox) sandbox ;;
+  audit) audit ;;
+  all) sandbox; audit ;;
+  *) echo "unknown section $section" >&2; exit 2 ;;
+esac

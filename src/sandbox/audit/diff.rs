@@ -1,0 +1,232 @@
+//! Reading an overlay's upper layer back as a list of changes.
+//!
+//! Everything the command changed under a layered mount is in that layer's
+//! upper directory: a new or copied-up file or directory, or a whiteout (a
+//! character device 0:0) where something was deleted. Each entry is compared
+//! with the lower layer (the real mount, reached through a descriptor so the
+//! walk never leaves it) to tell created from changed, and what changed. A
+//! file copied up only because it was opened for writing or touched is
+//! reported as changed with `times`: the tool reached for it.
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use nix::fcntl::{AtFlags, OFlag};
+use nix::libc;
+use nix::sys::stat::{FileStat, Mode, fstatat};
+
+use super::Change;
+
+fn kind_of_mode(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "file",
+        libc::S_IFDIR => "dir",
+        libc::S_IFLNK => "symlink",
+        _ => "other",
+    }
+}
+
+fn lower_stat(lower: &OwnedFd, rel: &Path) -> Option<FileStat> {
+    fstatat(lower.as_fd(), rel, AtFlags::AT_SYMLINK_NOFOLLOW).ok()
+}
+
+fn opaque(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    ["trusted.overlay.opaque", "user.overlay.opaque"].iter().any(|name| {
+        let Ok(n) = CString::new(*name) else { return false };
+        let mut v = [0u8; 2];
+        // SAFETY: lgetxattr writes at most v.len() bytes into our buffer.
+        let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        r == 1 && v[0] == b'y'
+    })
+}
+
+/// True when both opened and hold the same bytes.
+fn same_files(a: io::Result<std::fs::File>, b: io::Result<std::fs::File>) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => same_bytes(a, b).unwrap_or(false),
+        _ => false,
+    }
+}
+
+fn same_bytes(mut a: impl Read, mut b: impl Read) -> io::Result<bool> {
+    let mut x = vec![0u8; 64 * 1024];
+    let mut y = vec![0u8; 64 * 1024];
+    loop {
+        let n = a.read(&mut x)?;
+        if n == 0 {
+            return Ok(b.read(&mut y[..1])? == 0);
+        }
+        let mut got = 0;
+        while got < n {
+            let m = b.read(&mut y[got..n])?;
+            if m == 0 {
+                return Ok(false);
+            }
+            got += m;
+        }
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+fn open_lower(lower: &OwnedFd, rel: &Path) -> io::Result<std::fs::File> {
+    let fd = nix::fcntl::openat(
+        lower.as_fd(),
+        rel,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    )?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// What differs between an upper entry and the lower one it replaced.
+fn differences(
+    up: &std::fs::Metadata,
+    upper_path: &Path,
+    low: &FileStat,
+    lower: &OwnedFd,
+    rel: &Path,
+) -> Vec<String> {
+    let mut what = Vec::new();
+    if up.mode() & libc::S_IFMT != low.st_mode & libc::S_IFMT {
+        what.push("type".to_string());
+        return what;
+    }
+    let content = if up.file_type().is_file() {
+        up.len() as i64 != low.st_size || !same_files(std::fs::File::open(upper_path), open_lower(lower, rel))
+    } else if up.file_type().is_symlink() {
+        let target = nix::fcntl::readlinkat(lower.as_fd(), rel).ok();
+        std::fs::read_link(upper_path).ok().map(|t| t.into_os_string()) != target
+    } else {
+        false
+    };
+    if content {
+        what.push("content".into());
+    }
+    if up.mode() & 0o7777 != low.st_mode & 0o7777 && !up.file_type().is_symlink() {
+        what.push("mode".into());
+    }
+    if up.uid() != low.st_uid || up.gid() != low.st_gid {
+        what.push("owner".into());
+    }
+    what
+}
+
+/// Adds the changes recorded in `upper` (a layer over `mount_point`, whose
+/// real contents are reachable through `lower`) to `out`.
+pub fn walk(upper: &Path, lower: &OwnedFd, mount_point: &Path, out: &mut Vec<Change>) -> io::Result<()> {
+    walk_dir(upper, Path::new(""), lower, mount_point, out)
+}
+
+fn walk_dir(upper: &Path, rel: &Path, lower: &OwnedFd, mp: &Path, out: &mut Vec<Change>) -> io::Result<()> {
+    let mut names: Vec<_> =
+        std::fs::read_dir(upper.join(rel))?.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    names.sort();
+    for name in names {
+        let r = rel.join(&name);
+        let upper_path = upper.join(&r);
+        let up = std::fs::symlink_metadata(&upper_path)?;
+        let low = lower_stat(lower, &r);
+        let path = mp.join(&r).display().to_string();
+        let change = |change: &str, kind: &str, what: Vec<String>| Change {
+            path: path.clone(),
+            change: change.into(),
+            kind: kind.into(),
+            what,
+        };
+        if up.file_type().is_char_device() && up.rdev() == 0 {
+            let kind = low.map(|l| kind_of_mode(l.st_mode)).unwrap_or("file");
+            out.push(change("deleted", kind, Vec::new()));
+            continue;
+        }
+        let kind = kind_of_mode(up.mode());
+        match low {
+            None => out.push(change("created", kind, Vec::new())),
+            Some(l) if up.is_dir() && l.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                let mut what = Vec::new();
+                if opaque(&upper_path) {
+                    what.push("replaced".to_string());
+                }
+                if up.mode() & 0o7777 != l.st_mode & 0o7777 {
+                    what.push("mode".into());
+                }
+                if up.uid() != l.st_uid || up.gid() != l.st_gid {
+                    what.push("owner".into());
+                }
+                // A directory copied up only because something inside it
+                // changed is not itself a change.
+                if !what.is_empty() {
+                    out.push(change("changed", kind, what));
+                }
+            }
+            Some(l) => {
+                let mut what = differences(&up, &upper_path, &l, lower, &r);
+                if what.is_empty() {
+                    what.push("times".into());
+                }
+                out.push(change("changed", kind, what));
+            }
+        }
+        if up.is_dir() {
+            walk_dir(upper, &r, lower, mp, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// A single-file mount's private copy against the original.
+pub fn compare_file(copy: &Path, original: &Path) -> Option<Change> {
+    let same = same_files(std::fs::File::open(copy), std::fs::File::open(original));
+    (!same).then(|| Change {
+        path: original.display().to_string(),
+        change: "changed".into(),
+        kind: "file".into(),
+        what: vec!["content".into()],
+    })
+}
+
+/// Entries made or removed directly in a skeleton directory (see
+/// `Staged::layer_dir`): everything in `target` and not in `real` was
+/// created (with all it holds); the reverse was deleted.
+pub fn compare_skeleton(target: &Path, real: &Path, out: &mut Vec<Change>) {
+    let names = |d: &Path| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+    };
+    let (made, had) = (names(target), names(real));
+    for n in &made {
+        if !had.contains(n) {
+            created_tree(&target.join(n), &real.join(n), out);
+        }
+    }
+    for n in had.iter().filter(|n| !made.contains(n)) {
+        let kind = std::fs::symlink_metadata(real.join(n)).map(|m| kind_of_mode(m.mode())).unwrap_or("file");
+        out.push(Change {
+            path: real.join(n).display().to_string(),
+            change: "deleted".into(),
+            kind: kind.into(),
+            what: Vec::new(),
+        });
+    }
+}
+
+fn created_tree(staged: &Path, shown: &Path, out: &mut Vec<Change>) {
+    let Ok(meta) = std::fs::symlink_metadata(staged) else { return };
+    let kind = kind_of_mode(meta.mode());
+    out.push(Change {
+        path: shown.display().to_string(),
+        change: "created".into(),
+        kind: kind.into(),
+        what: Vec::new(),
+    });
+    if meta.is_dir() {
+        for e in std::fs::read_dir(staged).into_iter().flatten().flatten() {
+            created_tree(&e.path(), &shown.join(e.file_name()), out);
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `runws __sandbox-init`: the process between runws and the command.
+//!
+//! It runs twice over, as two processes:
+//!
+//! * the outer init (runws's child, in runws's PID namespace) enters the
+//!   namespaces and forks; it dies with runws (`PR_SET_PDEATHSIG`), waits for
+//!   PID 1 and then ends exactly as the command ended: with its exit code,
+//!   or killed by the same signal, so runws records the command's status;
+//! * PID 1 (the first process of the new PID namespace) builds the mounts,
+//!   mounts `/proc`, brings `lo` up, forks the command as PID 2, reaps every
+//!   orphan, and, when the command has exited, kills whatever is left and
+//!   exits. The kernel would kill the rest anyway once PID 1 is gone; doing
+//!   it first lets an audit read its layers while nothing writes to them.
+//!
+//! Both inits block the signals runws forwards: runws sends them to the
+//! process group, which the command shares, so the command gets each signal
+//! once and the inits never die of one (PID 1 would ignore them anyway).
+//! The command gets an empty signal mask and default `SIGPIPE`, as a plain
+//! run does.
+
+use std::ffi::{CString, OsString};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::libc;
+use nix::sched::CloneFlags;
+use nix::unistd::ForkResult;
+
+use super::ns::{self, Refused};
+use super::{Kind, Missing, Net, Plan, Report, audit, mounts};
+use crate::child::FORWARDED;
+use crate::exit;
+
+/// The status pipe to runws.
+struct Status {
+    file: std::fs::File,
+    try_mode: bool,
+}
+
+impl Status {
+    fn send(&mut self, r: &Report) {
+        if let Ok(mut line) = serde_json::to_vec(r) {
+            line.push(b'\n');
+            let _ = self.file.write_all(&line);
+        }
+    }
+
+    /// In `--sandbox=try`, records the missing protection and goes on;
+    /// otherwise the refusal stands.
+    fn note(&mut self, r: Refused) -> Result<bool, Refused> {
+        if !self.try_mode {
+            return Err(r);
+        }
+        self.send(&Report::Missing(Missing { protection: r.protection.to_string(), why: r.why }));
+        Ok(false)
+    }
+
+    fn attempt(&mut self, r: Result<(), Refused>) -> Result<bool, Refused> {
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) => self.note(e),
+        }
+    }
+}
+
+fn block_forwarded() {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in FORWARDED {
+        set.add(s);
+    }
+    let _ = nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&set), None);
+}
+
+/// The listening sockets runws placed at 3, 4, ...: only the command keeps them.
+fn close_listen_fds() {
+    let n: i32 = std::env::var("LISTEN_FDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    for fd in 3..3 + n.clamp(0, 1024) {
+        // SAFETY: closing descriptors this process inherited for the command;
+        // nothing in this process uses them.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Entry point of `runws __sandbox-init --status-fd N --plan-fd M -- COMMAND...`
+/// (the arguments after the subcommand's name); returns the exit code.
+pub fn main_from_args(args: Vec<OsString>) -> u8 {
+    let fd = |i: usize| args.get(i).and_then(|a| a.to_str()).and_then(|a| a.parse::<RawFd>().ok());
+    let shape_ok = args.len() >= 5 && args[0] == "--status-fd" && args[2] == "--plan-fd" && args[4] == "--";
+    match (shape_ok, fd(1), fd(3)) {
+        (true, Some(status), Some(plan)) => main(status, plan, args[5..].to_vec()),
+        _ => {
+            eprintln!(
+                "runws: {} is started by `runws run --sandbox` and `runws audit` only",
+                super::INIT_COMMAND
+            );
+            exit::FAILURE
+        }
+    }
+}
+
+fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
+    block_forwarded();
+    if status_fd < 3 || plan_fd < 3 || status_fd == plan_fd {
+        eprintln!("runws: sandbox: invalid descriptors {status_fd}, {plan_fd}");
+        return exit::FAILURE;
+    }
+    // SAFETY: runws handed this descriptor to us for our exclusive use.
+    let fd = unsafe { OwnedFd::from_raw_fd(status_fd) };
+    let _ = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    let mut status = Status { file: std::fs::File::from(fd), try_mode: false };
+    let mut plan = String::new();
+    // SAFETY: runws handed this descriptor to us for our exclusive use.
+    let read = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(plan_fd) }).read_to_string(&mut plan);
+    if let Err(e) = read {
+        status.send(&Report::Failed(format!("cannot read the plan: {e}")));
+        return exit::FAILURE;
+    }
+    let plan: Plan = match serde_json::from_str(&plan) {
+        Ok(p) => p,
+        Err(e) => {
+            status.send(&Report::Failed(format!("unreadable plan: {e}")));
+            return exit::FAILURE;
+        }
+    };
+    status.try_mode = plan.try_mode;
+    match outer(&plan, status, command) {
+        Ok(code) => code,
+        Err((mut status, refused)) => {
+            status.send(&Report::Failed(refused.to_string()));
+            exit::FAILURE
+        }
+    }
+}
+
+/// Which namespaces were entered.
+struct Entered {
+    mount: bool,
+    pid: bool,
+    net: bool,
+}
+
+fn outer(plan: &Plan, mut status: Status, command: Vec<OsString>) -> Result<u8, (Status, Refused)> {
+    macro_rules! step {
+        ($e:expr) => {
+            match status.attempt($e) {
+                Ok(ok) => ok,
+                Err(r) => return Err((status, r)),
+            }
+        };
+    }
+    if plan.kind == Kind::Sandbox {
+        step!(ns::no_new_privs());
+    }
+    if plan.user_namespace {
+        step!(ns::enter_user_namespace(plan.uid, plan.gid));
+    }
+    // Set after entering the user namespace: a change of credentials
+    // clears the parent-death signal.
+    match ns::die_with_parent(plan.runws_pid) {
+        Ok(true) => {}
+        Ok(false) => return Ok(exit::FAILURE),
+        Err(e) => return Err((status, Refused::new("parent-death signal", e.to_string()))),
+    }
+    let entered = Entered {
+        mount: step!(ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
+        pid: step!(ns::unshare(CloneFlags::CLONE_NEWPID, "PID namespace")),
+        net: plan.net == Net::None && step!(ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+    };
+    if plan.kind == Kind::Sandbox {
+        step!(ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+    }
+    let me = nix::unistd::getpid().as_raw();
+    let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return Err((status, Refused::new("PID namespace", format!("pipe: {e}")))),
+    };
+    // SAFETY: this process is single-threaded (the init never starts a
+    // thread), so the child may do anything after the fork.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err((status, Refused::new("PID namespace", format!("fork: {e}")))),
+        Ok(ForkResult::Child) => {
+            drop(report_r);
+            Ok(pid1(plan, status, report_w, &entered, me, command))
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop((report_w, status));
+            close_listen_fds();
+            Ok(relay(child.as_raw(), report_r))
+        }
+    }
+}
+
+fn wait_raw(pid: i32) -> Option<(i32, i32)> {
+    let mut st = 0;
+    loop {
+        // SAFETY: waitpid writes the status into our local.
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r >= 0 {
+            return Some((r, st));
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
+}
+
+/// The outer init: waits for PID 1 and ends as the command ended.
+fn relay(pid1: i32, report: OwnedFd) -> u8 {
+    let st = wait_raw(pid1).map(|(_, st)| st);
+    let mut buf = [0u8; 4];
+    let command = match std::fs::File::from(report).read_exact(&mut buf) {
+        Ok(()) => Some(i32::from_ne_bytes(buf)),
+        Err(_) => st,
+    };
+    match command {
+        Some(raw) if libc::WIFSIGNALED(raw) => die_by(libc::WTERMSIG(raw)),
+        Some(raw) if libc::WIFEXITED(raw) => libc::WEXITSTATUS(raw) as u8,
+        _ => exit::FAILURE,
+    }
+}
+
+/// Ends this process with `sig`, as the command ended, without a core dump.
+fn die_by(sig: i32) -> u8 {
+    // SAFETY: prctl, signal, sigprocmask and raise on our own process with
+    // valid arguments; a default disposition ends the process here.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // A signal whose default is to be ignored does not end a process.
+    exit::from_signal(sig)
+}
+
+/// PID 1 of the new namespace.
+fn pid1(
+    plan: &Plan,
+    mut status: Status,
+    report: OwnedFd,
+    entered: &Entered,
+    parent: i32,
+    command: Vec<OsString>,
+) -> u8 {
+    let setup = (|| -> Result<Option<audit::Staged>, Refused> {
+        // Seen from a new PID namespace, the parent (outside it) is pid 0.
+        let parent = if entered.pid { 0 } else { parent };
+        if !ns::die_with_parent(parent).map_err(|e| Refused::new("parent-death signal", e.to_string()))? {
+            return Err(Refused::new("PID namespace", "the outer init is gone"));
+        }
+        if entered.net {
+            status.attempt(ns::loopback_up())?;
+        }
+        let staged = match (plan.kind, entered.mount) {
+            (Kind::Sandbox, true) => {
+                mounts::build(&plan.mounts)?;
+                if entered.pid {
+                    status.attempt(mounts::proc_fs())?;
+                }
+                None
+            }
+            (Kind::Audit, true) => Some(audit::stage(plan, entered.pid)?),
+            (_, false) => None,
+        };
+        Ok(staged)
+    })();
+    let staged = match setup {
+        Ok(s) => s,
+        Err(r) => {
+            status.send(&Report::Failed(r.to_string()));
+            return exit::FAILURE;
+        }
+    };
+    // SAFETY: single-threaded process; see `outer`.
+    let child = match unsafe { nix::unistd::fork() } {
+        Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), command),
+        Ok(ForkResult::Parent { child }) => child.as_raw(),
+        Err(e) => {
+            status.send(&Report::Failed(format!("cannot fork the command: {e}")));
+            return exit::FAILURE;
+        }
+    };
+    drop(status);
+    close_listen_fds();
+    let mut command_status = None;
+    while command_status.is_none() {
+        match wait_raw(-1) {
+            Some((pid, st)) if pid == child => command_status = Some(st),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    if nix::unistd::getpid().as_raw() == 1 {
+        // SAFETY: kill(-1) from PID 1 of our own namespace reaches only the
+        // processes of this run (never ourselves).
+        unsafe {
+            libc::kill(-1, libc::SIGKILL);
+        }
+        while wait_raw(-1).is_some() {}
+    }
+    if let Some(staged) = staged
+        && let Err(e) = staged.finish(&plan.run_dir)
+    {
+        eprintln!("runws: audit: {e}");
+    }
+    let raw = command_status.unwrap_or(0);
+    let _ = nix::unistd::write(&report, &raw.to_ne_bytes());
+    if libc::WIFSIGNALED(raw) { exit::from_signal(libc::WTERMSIG(raw)) } else { libc::WEXITSTATUS(raw) as u8 }
+}
+
+fn cstr(bytes: &[u8]) -> Option<CString> {
+    CString::new(bytes).ok()
+}
+
+/// The command's process (PID 2). Never returns.
+fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, command: Vec<OsString>) -> ! {
+    let fail = |status: &mut Status, r: Report| -> ! {
+        let code = if matches!(r, Report::ExecFailed(_)) { exit::NOT_FOUND } else { exit::FAILURE };
+        status.send(&r);
+        // SAFETY: _exit skips the destructors and stdio buffers this forked
+        // copy shares with its parent.
+        unsafe { libc::_exit(code as i32) }
+    };
+    // SAFETY: resetting this process's own signal state before exec.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    if let Some(root) = chroot
+        && let Err(e) = nix::unistd::chroot(root)
+    {
+        fail(&mut status, Report::Failed(format!("cannot enter the audit's root: {e}")));
+    }
+    if let Err(e) = nix::unistd::chdir(&plan.cwd) {
+        fail(
+            &mut status,
+            Report::Failed(format!("cannot enter the working directory `{}`: {e}", plan.cwd.display())),
+        );
+    }
+    if plan.kind == Kind::Sandbox
+        && let Err(r) = ns::drop_capabilities()
+        && let Err(r) = status.note(r)
+    {
+        fail(&mut status, Report::Failed(r.to_string()));
+    }
+    let me = nix::unistd::getpid().as_raw().to_string();
+    let mut env: Vec<CString> = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        let value = if k == "LISTEN_PID" { OsString::from(&me) } else { v };
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(value.as_bytes());
+        if let Some(c) = cstr(&kv) {
+            env.push(c);
+        }
+    }
+    let argv: Vec<CString> = command.iter().filter_map(|a| cstr(a.as_bytes())).collect();
+    let Some(program) = cstr(plan.program.as_os_str().as_bytes()) else {
+        fail(&mut status, Report::ExecFailed(libc::ENOENT));
+    };
+    let errno = match nix::unistd::execve(&program, &argv, &env) {
+        Err(e) => e as i32,
+        Ok(never) => match never {},
+    };
+    fail(&mut status, Report::ExecFailed(errno))
+}

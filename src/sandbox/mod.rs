@@ -1,0 +1,261 @@
+//! `runws run --sandbox` and `runws audit` (Linux): the command runs behind
+//! kernel boundaries instead of conventions.
+//!
+//! How a sandboxed run starts. runws prepares the run as usual, then forks
+//! its child exactly as for a plain run (process group, start gate, manifest
+//! written before anything runs), but the child executes runws itself as the
+//! hidden `__sandbox-init` with the [`Plan`] in its arguments. That init is a
+//! plain single-threaded process, so namespaces and mounts are set up with
+//! ordinary code instead of async-signal-safe code between fork and exec:
+//!
+//! ```text
+//! runws ─fork─> init (outer) ─unshare user, mount, pid, net, ipc─
+//!                  └─fork─> init (PID 1: mounts, /proc, lo up) ─fork─> command (PID 2)
+//! ```
+//!
+//! The outer init waits for PID 1 and ends the way the command ended (its
+//! exit code, or the same signal), so runws records the command's own
+//! status. PID 1 reaps orphans and, when the command exits, ends: the kernel
+//! then kills every process left in the namespace. The command stays in
+//! runws's process group, so signals runws forwards and `--timeout` reach it
+//! as they would without a sandbox; both inits block those signals.
+//!
+//! Setup problems travel back over a status pipe (one JSON line per
+//! [`Report`]) that closes when the command has been executed, so runws can
+//! still tell a refused sandbox (exit 125, with the reason), a missing
+//! command (127) and a command that cannot be executed (126) apart, and
+//! record every protection `--sandbox=try` had to go without.
+//!
+//! The guard inside a sandbox cannot check ancestry itself (runws is not
+//! visible from inside the PID namespace) and cannot write the manifest (it
+//! is read-only there), so guard calls go to runws over a socket in the
+//! run's `run/` directory; see [`broker`].
+
+pub mod audit;
+pub mod broker;
+pub mod init;
+pub mod mounts;
+pub mod ns;
+mod plan;
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use plan::{Options, prepare};
+
+use crate::error::{Error, Result};
+use crate::manifest::Manifest;
+use mounts::MountOp;
+
+/// The hidden subcommand the child executes.
+pub const INIT_COMMAND: &str = "__sandbox-init";
+
+/// What kind of isolation a run asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `run --sandbox`: read-only file system, private /tmp, hidden home.
+    Sandbox,
+    /// `audit`: everything outside the run behind a copy-on-write layer.
+    Audit,
+}
+
+/// `--net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Net {
+    /// A network namespace with only loopback.
+    None,
+    /// The host's network.
+    Host,
+}
+
+/// A protection `--sandbox=try` had to go without.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Missing {
+    pub protection: String,
+    pub why: String,
+}
+
+/// The manifest's `sandbox` record: what was asked for and what was missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub kind: Kind,
+    /// `on` (refuse the run when a protection fails) or `try`.
+    pub mode: String,
+    pub net: Net,
+    /// True when runws was not root and used a user namespace.
+    pub user_namespace: bool,
+    #[serde(default)]
+    pub rw: Vec<String>,
+    #[serde(default)]
+    pub ro: Vec<String>,
+    #[serde(default)]
+    pub hide: Vec<String>,
+    /// Every mount the layout made, in order (sandbox only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layout: Vec<MountOp>,
+    #[serde(default)]
+    pub missing: Vec<Missing>,
+}
+
+/// The manifest field names this module owns (kept in `Manifest::extra`).
+pub const RECORD_FIELD: &str = "sandbox";
+pub const AUDIT_FIELD: &str = "audit";
+
+/// The sandbox record of a run, when it ran in one.
+pub fn record_of(m: &Manifest) -> Option<Record> {
+    m.extra.get(RECORD_FIELD).and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+/// Everything the init needs, passed as one JSON argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub kind: Kind,
+    pub try_mode: bool,
+    pub net: Net,
+    /// Enter a user namespace first (runws is not root).
+    pub user_namespace: bool,
+    pub uid: u32,
+    pub gid: u32,
+    /// The runws process: the outer init dies with it.
+    pub runws_pid: i32,
+    pub program: PathBuf,
+    pub cwd: PathBuf,
+    pub run_dir: PathBuf,
+    /// The sandbox's mount layout, parents first.
+    #[serde(default)]
+    pub mounts: Vec<MountOp>,
+}
+
+/// One line on the status pipe, from the init to runws.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    /// `--sandbox=try` went on without this protection.
+    Missing(Missing),
+    /// Setup failed; the run is refused.
+    Failed(String),
+    /// `execve` of the command failed with this errno.
+    ExecFailed(i32),
+}
+
+/// The parent's side of a sandboxed run, from preparation to the end.
+pub struct Setup {
+    pub kind: Kind,
+    status: Option<OwnedFd>,
+    pub broker: Option<broker::Server>,
+    pub program: PathBuf,
+    pub json: bool,
+}
+
+impl Setup {
+    /// Waits until the command has been executed (the status pipe closes)
+    /// and returns what `--sandbox=try` went without. A refused setup is an
+    /// error (125); a failed exec is 127 or 126 as for a plain run.
+    pub fn wait_started(&mut self) -> Result<Vec<Missing>> {
+        let Some(fd) = self.status.take() else { return Ok(Vec::new()) };
+        let mut text = String::new();
+        std::fs::File::from(fd)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io("cannot read the sandbox status of", &self.program, e))?;
+        let mut missing = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let report: Report = serde_json::from_str(line)
+                .map_err(|e| Error::Sandbox(format!("unreadable status from the sandbox init: {e}")))?;
+            match report {
+                Report::Missing(m) => missing.push(m),
+                Report::Failed(why) => return Err(Error::Sandbox(why)),
+                Report::ExecFailed(errno) => {
+                    let source = std::io::Error::from_raw_os_error(errno);
+                    return Err(if errno == nix::libc::ENOENT {
+                        Error::CommandNotFound(self.program.display().to_string())
+                    } else {
+                        Error::CannotExecute { path: self.program.clone(), source }
+                    });
+                }
+            }
+        }
+        Ok(missing)
+    }
+}
+
+/// Records the missing protections of a `--sandbox=try` run and warns once.
+pub fn note_missing(m: &mut Manifest, missing: &[Missing]) {
+    if missing.is_empty() {
+        return;
+    }
+    if let Some(rec) = m.extra.get_mut(RECORD_FIELD)
+        && let Some(obj) = rec.as_object_mut()
+    {
+        obj.insert("missing".into(), serde_json::to_value(missing).unwrap_or_default());
+    }
+    let names: Vec<&str> = missing.iter().map(|m| m.protection.as_str()).collect();
+    eprintln!("runws: warning: --sandbox=try: running without {}", names.join(", "));
+}
+
+/// The init's argument list: the plan travels in a sealed-off memory file
+/// (descriptor `plan_fd`), not in the arguments every `ps` shows.
+pub fn init_argv(exe: &Path, status_fd: i32, plan_fd: i32, command: &[OsString]) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec![
+        exe.as_os_str().to_owned(),
+        INIT_COMMAND.into(),
+        "--status-fd".into(),
+        status_fd.to_string().into(),
+        "--plan-fd".into(),
+        plan_fd.to_string().into(),
+        "--".into(),
+    ];
+    argv.extend(command.iter().cloned());
+    argv
+}
+
+/// The plan as a memory file the init inherits.
+pub fn plan_file(plan: &Plan) -> Result<OwnedFd> {
+    use std::io::{Seek, Write};
+    let json =
+        serde_json::to_vec(plan).map_err(|e| Error::Sandbox(format!("cannot encode the plan: {e}")))?;
+    // SAFETY: memfd_create with a static NUL-terminated name; the result is
+    // checked and owned at once.
+    let fd = unsafe { nix::libc::memfd_create(c"runws-plan".as_ptr(), nix::libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::io("cannot create", "memfd", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by memfd_create and nobody else owns it.
+    let mut f = std::fs::File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    f.write_all(&json).and_then(|()| f.rewind()).map_err(|e| Error::io("cannot write", "memfd", e))?;
+    Ok(OwnedFd::from(f))
+}
+
+impl Setup {
+    /// After the command: an audit's report is recorded in the manifest and
+    /// shown (a list on stderr, or JSON on stdout with `--json`).
+    pub fn finish(&self, run: &crate::workspace::RunDir) -> Result<()> {
+        if self.kind != Kind::Audit {
+            return Ok(());
+        }
+        let logs = run.sub("logs")?;
+        let Some(mut f) = logs.open_read("audit.json")? else {
+            eprintln!("runws: audit: no report was written (the audit did not complete)");
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).map_err(|e| Error::io("cannot read", logs.join("audit.json"), e))?;
+        let report: audit::Report = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Sandbox(format!("unreadable audit report: {e}")))?;
+        crate::manifest::update(&run.dir, false, |m| {
+            m.extra.insert(AUDIT_FIELD.into(), serde_json::to_value(&report).unwrap_or_default());
+            Ok(())
+        })?;
+        if self.json {
+            println!("{}", String::from_utf8_lossy(&bytes));
+        } else {
+            eprint!("{}", audit::render(&report, &run.id));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! Namespaces, identity maps and process restrictions for the sandbox init.
+//!
+//! The order is fixed and matters: the user namespace comes first (when
+//! runws is not root), because it is what grants the capabilities the other
+//! namespaces need; `setgroups` is denied before `gid_map` is written, as the
+//! kernel requires of an unprivileged writer. The real uid and gid are mapped
+//! to themselves, not to root, so files the command writes keep the user's
+//! ownership and the command holds no capability once it has executed.
+//!
+//! Every function here runs in the init (a plain, single-threaded process),
+//! never between a fork and an exec of a multi-threaded one.
+
+use std::io;
+
+use nix::libc;
+use nix::sched::CloneFlags;
+
+/// A failure to set up one protection, named the way the user asked for it.
+#[derive(Debug)]
+pub struct Refused {
+    /// What could not be set up: "user namespace", "network namespace", ...
+    pub protection: &'static str,
+    pub why: String,
+}
+
+impl Refused {
+    pub fn new(protection: &'static str, why: impl Into<String>) -> Refused {
+        Refused { protection, why: why.into() }
+    }
+
+    fn io(protection: &'static str, what: &str, e: io::Error) -> Refused {
+        Refused::new(protection, format!("{what}: {e}"))
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot set up the {}: {}", self.protection, self.why)
+    }
+}
+
+/// Enters a new user namespace mapping `uid`/`gid` to themselves.
+pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), Refused> {
+    const P: &str = "user namespace";
+    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWUSER) {
+        let why = match e {
+            nix::errno::Errno::EPERM => "user namespaces are disabled (unshare: EPERM)".to_string(),
+            nix::errno::Errno::ENOSPC => {
+                "user namespaces are disabled (user.max_user_namespaces is 0 or exhausted)".to_string()
+            }
+            nix::errno::Errno::EINVAL => "user namespaces are not supported by this kernel".to_string(),
+            other => format!("unshare: {other}"),
+        };
+        return Err(Refused::new(P, why));
+    }
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+/// Enters one namespace; `protection` names it in the refusal.
+pub fn unshare(flag: CloneFlags, protection: &'static str) -> Result<(), Refused> {
+    nix::sched::unshare(flag).map_err(|e| Refused::new(protection, format!("unshare: {e}")))
+}
+
+/// Brings the loopback interface of a new network namespace up, so the
+/// command can still talk to itself (and to nothing else).
+pub fn loopback_up() -> Result<(), Refused> {
+    const P: &str = "network namespace";
+    // SAFETY: socket() with constant arguments; the result is checked and
+    // owned immediately.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(Refused::io(P, "cannot open a socket", io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
+    if unsafe { libc::ioctl(raw, libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(Refused::io(P, "cannot read the flags of `lo`", io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel filled in ifru_flags above; we only set bits in it.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
+    if unsafe { libc::ioctl(raw, libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(Refused::io(P, "cannot bring `lo` up", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn prctl(op: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only; no memory is passed.
+    if unsafe { libc::prctl(op, arg, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// No later `execve` can gain privileges (setuid bits, file capabilities).
+pub fn no_new_privs() -> Result<(), Refused> {
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| Refused::io("no-new-privileges flag", "prctl", e))
+}
+
+/// SIGKILL this process when its parent dies. Returns false when the parent
+/// is already gone (it died before the request took effect).
+pub fn die_with_parent(expected_parent: i32) -> io::Result<bool> {
+    prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
+    Ok(nix::unistd::getppid().as_raw() == expected_parent)
+}
+
+/// Drops every capability: the bounding set (so even a root command cannot
+/// regain them by executing something), the ambient set, and the effective,
+/// permitted and inheritable sets. After this a root command in the sandbox
+/// is uid 0 without power over mounts, so the read-only file system holds.
+pub fn drop_capabilities() -> Result<(), Refused> {
+    const P: &str = "capability drop";
+    for cap in 0..64 {
+        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, cap) {
+            // EINVAL: past the last capability this kernel knows.
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(Refused::io(P, "cannot drop the bounding set", e));
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    if r < 0 {
+        return Err(Refused::io(P, "cannot clear the ambient set", io::Error::last_os_error()));
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
+    let header = Header { version: 0x2008_0522, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads a header and two data words that live on our stack.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    if r < 0 {
+        return Err(Refused::io(P, "capset", io::Error::last_os_error()));
+    }
+    Ok(())
+}

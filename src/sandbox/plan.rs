@@ -1,0 +1,294 @@
+//! runws's side of preparing a sandboxed or audited run: the options, the
+//! mount layout, and the rewrite of the child's [`Spec`] so that it executes
+//! the init instead of the command.
+//!
+//! The layout of `--sandbox`, parents first:
+//!
+//! | path | becomes |
+//! |---|---|
+//! | `/` and every mount beneath | read-only |
+//! | `/tmp`, `/var/tmp`, `/dev/shm` | a fresh, writable tmpfs of the run's own |
+//! | the real home (passwd entry) and runws's `$HOME` | an empty, read-only tmpfs |
+//! | ROOT (where runs live) | an empty, read-only tmpfs: other runs are invisible |
+//! | the run directory | its top level (with `manifest.json`) read-only, every subdirectory writable |
+//! | `--hide PATH` | an empty, read-only tmpfs (a directory) or `/dev/null` (a file) |
+//! | `--ro PATH`, `--rw PATH` | PATH, read-only or writable |
+//! | the command and runws's own binary, when hidden above | read-only, so they can run |
+//!
+//! A user flag on the same path as a default replaces it (`--rw /tmp` gives
+//! the real `/tmp`); two user flags on one path are refused. Every path must
+//! exist and is resolved (symlinks followed) before the fork, so a typo is
+//! refused with exit 125 instead of silently protecting nothing.
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::child::{self, Spec};
+use crate::cli::RunArgs;
+use crate::error::{Error, IoContext, Result};
+use crate::manifest::{EnvRecord, Manifest};
+use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
+
+use super::mounts::{self, MountOp};
+use super::{Kind, Net, Plan, RECORD_FIELD, Record, Setup, broker, init_argv, plan_file};
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub kind: Kind,
+    pub try_mode: bool,
+    pub net: Net,
+    pub rw: Vec<PathBuf>,
+    pub ro: Vec<PathBuf>,
+    pub hide: Vec<PathBuf>,
+    /// `audit --json`.
+    pub json: bool,
+}
+
+impl Options {
+    /// The sandbox options of `run`, or `None` without `--sandbox`.
+    pub fn for_run(args: &RunArgs) -> Option<Options> {
+        let mode = args.sandbox.as_deref()?;
+        Some(Options {
+            kind: Kind::Sandbox,
+            try_mode: mode == "try",
+            net: args.net.unwrap_or(Net::Host),
+            rw: args.rw.clone(),
+            ro: args.ro.clone(),
+            hide: args.hide.clone(),
+            json: false,
+        })
+    }
+
+    /// The options of `audit`.
+    pub fn for_audit(args: &RunArgs, json: bool) -> Result<Options> {
+        if args.sandbox.is_some() {
+            return Err(Error::Usage("`runws audit` cannot be combined with --sandbox".into()));
+        }
+        Ok(Options {
+            kind: Kind::Audit,
+            try_mode: false,
+            net: Net::Host,
+            rw: Vec::new(),
+            ro: Vec::new(),
+            hide: Vec::new(),
+            json,
+        })
+    }
+}
+
+fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
+    let p = base.join(p);
+    let c = std::fs::canonicalize(&p).map_err(|e| Error::Usage(format!("{what} `{}`: {e}", p.display())))?;
+    if c == Path::new("/") {
+        return Err(Error::Usage(format!("{what} `/` is not allowed: name a directory or file below it")));
+    }
+    Ok(c)
+}
+
+fn homes(uid: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        out.push(user.dir);
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        out.push(PathBuf::from(h));
+    }
+    out.into_iter()
+        .filter_map(|h| std::fs::canonicalize(h).ok())
+        .filter(|h| h.is_dir() && h != Path::new("/"))
+        .collect()
+}
+
+/// The sandbox's mount layout (see the module docs), parents first.
+fn layout(
+    opts: &Options,
+    run_dir: &Path,
+    root: &Path,
+    uid: u32,
+    visible: &[PathBuf],
+    base: &Path,
+) -> Result<Vec<MountOp>> {
+    let mut defaults: Vec<MountOp> = Vec::new();
+    for t in ["/tmp", "/var/tmp", "/dev/shm"] {
+        if let Ok(c) = std::fs::canonicalize(t)
+            && c.is_dir()
+            && c != Path::new("/")
+        {
+            defaults.push(MountOp::Tmpfs { target: c, mode: 0o1777, writable: true });
+        }
+    }
+    for h in homes(uid) {
+        defaults.push(MountOp::Tmpfs { target: h, mode: 0o755, writable: false });
+    }
+    if root != Path::new("/") {
+        defaults.push(MountOp::Tmpfs { target: root.to_path_buf(), mode: 0o755, writable: false });
+    }
+    defaults.push(MountOp::Bind { source: run_dir.into(), target: run_dir.into(), writable: false });
+    let mut seen: Vec<PathBuf> = Vec::new();
+    defaults.retain(|op| {
+        let fresh = !seen.iter().any(|t| t == op.target());
+        seen.push(op.target().to_path_buf());
+        fresh
+    });
+    for sub in EVIDENCE.iter().chain(SCRATCH.iter()) {
+        let p = run_dir.join(sub);
+        defaults.push(MountOp::Bind { source: p.clone(), target: p, writable: true });
+    }
+
+    let mut user: Vec<MountOp> = Vec::new();
+    for p in &opts.hide {
+        let c = canonical(p, "--hide", base)?;
+        user.push(if c.is_dir() {
+            MountOp::Tmpfs { target: c, mode: 0o755, writable: false }
+        } else {
+            MountOp::HideFile { target: c }
+        });
+    }
+    for p in &opts.ro {
+        let c = canonical(p, "--ro", base)?;
+        user.push(MountOp::Bind { source: c.clone(), target: c, writable: false });
+    }
+    for p in &opts.rw {
+        let c = canonical(p, "--rw", base)?;
+        user.push(MountOp::Bind { source: c.clone(), target: c, writable: true });
+    }
+    for (i, a) in user.iter().enumerate() {
+        if user[..i].iter().any(|b| b.target() == a.target()) {
+            return Err(Error::Usage(format!(
+                "`{}` is named by more than one of --rw, --ro and --hide",
+                a.target().display()
+            )));
+        }
+    }
+    defaults.retain(|d| !user.iter().any(|u| u.target() == d.target()));
+    let mut ops = defaults;
+    ops.extend(user);
+
+    // The command and runws itself must stay executable even when a hiding
+    // mount covers them (a binary in ~/.cargo/bin, a script under /tmp).
+    for x in visible {
+        let covering = ops
+            .iter()
+            .filter(|op| mounts::is_within(x, op.target()))
+            .max_by_key(|op| op.target().components().count());
+        if matches!(covering, Some(MountOp::Tmpfs { .. } | MountOp::HideFile { .. })) {
+            ops.push(MountOp::Bind { source: x.clone(), target: x.clone(), writable: false });
+        }
+    }
+    mounts::order(&mut ops);
+    Ok(ops)
+}
+
+/// The audit's environment: runws's own (the real `HOME`, caches and
+/// config paths, as a plain command would see them), plus the run's
+/// identity, ports and explicit grants. Values are never recorded.
+fn audit_environment(spec: &mut Spec, m: &mut Manifest, run_dir: &Path) {
+    let ours = |k: &str| {
+        k.starts_with("RUNWS_")
+            || k == "RUN_ID"
+            || k == "PORT"
+            || k.starts_with("PORT_")
+            || k.starts_with("LISTEN_")
+    };
+    let granted: Vec<String> = m.env.iter().filter(|r| r.granted).map(|r| r.name.clone()).collect();
+    let kept: Vec<(String, std::ffi::OsString)> =
+        spec.env.drain(..).filter(|(k, _)| ours(k) || granted.contains(k)).collect();
+    let mut vars: std::collections::BTreeMap<String, std::ffi::OsString> = std::env::vars_os()
+        .filter_map(|(k, v)| k.into_string().ok().map(|k| (k, v)))
+        .filter(|(k, _)| !ours(k))
+        .collect();
+    let mut path = run_dir.join("bin").into_os_string();
+    if let Some(real) = vars.get("PATH") {
+        path.push(":");
+        path.push(real);
+    }
+    let mut record: Vec<EnvRecord> = m.env.iter().filter(|r| ours(&r.name) || r.granted).cloned().collect();
+    for k in vars.keys() {
+        if !granted.contains(k) {
+            record.push(EnvRecord {
+                name: k.clone(),
+                granted: false,
+                source: "inherited".into(),
+                present: true,
+            });
+        }
+    }
+    vars.insert("PATH".into(), path);
+    vars.extend(kept);
+    record.sort_by(|a, b| a.name.cmp(&b.name));
+    record.dedup_by(|a, b| a.name == b.name);
+    m.env = record;
+    spec.env = vars.into_iter().collect();
+}
+
+/// Rewrites `spec` so the child executes the init, which sets up the
+/// namespaces and then executes the command. Records the settings in `m`.
+pub fn prepare(
+    opts: &Options,
+    spec: &mut Spec,
+    run: &RunDir,
+    root: &Path,
+    exe: &Path,
+    m: &mut Manifest,
+) -> Result<Setup> {
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
+    let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
+    let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
+    let program = std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone());
+    let base = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+    let mounts = match opts.kind {
+        Kind::Sandbox => layout(opts, &run_dir, &root, uid, &[exe.clone(), program], &base)?,
+        Kind::Audit => Vec::new(),
+    };
+    if opts.kind == Kind::Audit {
+        audit_environment(spec, m, run.path());
+    }
+    let plan = Plan {
+        kind: opts.kind,
+        try_mode: opts.try_mode,
+        net: opts.net,
+        user_namespace: uid != 0,
+        uid,
+        gid,
+        runws_pid: std::process::id() as i32,
+        program: spec.program.clone(),
+        cwd: spec.cwd.clone(),
+        run_dir: run_dir.clone(),
+        mounts: mounts.clone(),
+    };
+    let (status_r, status_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
+    let status_w = child::high_fd(status_w)?;
+    let plan_fd = child::high_fd(plan_file(&plan)?)?;
+    let original_program = std::mem::replace(&mut spec.program, exe.clone());
+    spec.argv = init_argv(&exe, status_w.as_raw_fd(), plan_fd.as_raw_fd(), &spec.argv);
+    spec.keep.push(status_w);
+    spec.keep.push(plan_fd);
+
+    let record = Record {
+        kind: opts.kind,
+        mode: if opts.try_mode { "try".into() } else { "on".into() },
+        net: opts.net,
+        user_namespace: uid != 0,
+        rw: opts.rw.iter().map(|p| p.display().to_string()).collect(),
+        ro: opts.ro.iter().map(|p| p.display().to_string()).collect(),
+        hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
+        layout: mounts,
+        missing: Vec::new(),
+    };
+    m.extra.insert(
+        RECORD_FIELD.into(),
+        serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?,
+    );
+    let broker = broker::Server::bind(run)?;
+    Ok(Setup {
+        kind: opts.kind,
+        status: Some(status_r),
+        broker: Some(broker),
+        program: original_program,
+        json: opts.json,
+    })
+}
