@@ -44,6 +44,15 @@ startup() {
   fi
   hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup.json" "${cmds[@]}" >/dev/null
   ratio "$RESULTS/startup.json" 1 0
+  if [ -d /dev/shm ]; then
+    echo "  the same with the root on tmpfs (no disk latency in the manifest's fsyncs):"
+    local shm
+    shm=$(mktemp -d /dev/shm/runws-bench.XXXXXX)
+    hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup-tmpfs.json" \
+      "env -i /bin/true" "$BIN run --root $shm/root --ports 1 -- /bin/true" >/dev/null
+    ratio "$RESULTS/startup-tmpfs.json" 1 0
+    rm -rf "$shm"
+  fi
 }
 
 input() {

@@ -362,12 +362,15 @@ pub struct Watch<'a> {
     pub renew_every: Duration,
     /// Called every `renew_every` while the child lives (the lease renewal).
     pub renew: &'a mut dyn FnMut(),
+    /// Called once, after the delay, if the child still lives then.
+    pub once_after: Option<(Duration, Box<dyn FnOnce() + 'a>)>,
 }
 
 /// Waits for the child, forwarding signals to its group, enforcing the
 /// timeout and calling the renewal on schedule.
-pub fn watch(pid: Pid, w: Watch<'_>) -> Result<Outcome> {
+pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
     let start = Instant::now();
+    let once_at = w.once_after.as_ref().map(|(d, _)| start + *d);
     let mut next_renew = start + w.renew_every;
     let term_at = w.timeout.map(|t| start + t);
     let mut kill_at: Option<Instant> = None;
@@ -405,7 +408,16 @@ pub fn watch(pid: Pid, w: Watch<'_>) -> Result<Outcome> {
             (w.renew)();
             next_renew = Instant::now() + w.renew_every;
         }
+        if let Some(at) = once_at
+            && now >= at
+            && let Some((_, once)) = w.once_after.take()
+        {
+            once();
+        }
         let mut wake = next_renew;
+        if let (Some(at), true) = (once_at, w.once_after.is_some()) {
+            wake = wake.min(at);
+        }
         if let (Some(t), false) = (term_at, timed_out) {
             wake = wake.min(t);
         }

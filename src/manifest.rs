@@ -261,12 +261,12 @@ pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
     dir.write_atomic(MANIFEST, &m.to_json(), 0o644, durable)
 }
 
-/// Writes the first manifest of a run: visible at once, synced in the
-/// background (see [`Dir::write_atomic_deferred`]); join the returned
-/// thread before the next write.
-pub fn write_first(dir: &Dir, m: &Manifest) -> Result<std::thread::JoinHandle<Result<()>>> {
-    let pending = dir.write_atomic_deferred(MANIFEST, &m.to_json(), 0o644)?;
-    Ok(std::thread::spawn(move || pending.sync()))
+/// Writes the first manifest of a run: visible at once; the caller makes it
+/// durable with [`PendingSync::sync`] once the command is running, so the
+/// disk's latency overlaps the command instead of delaying it (see
+/// [`Dir::write_atomic_deferred`]).
+pub fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::PendingSync> {
+    dir.write_atomic_deferred(MANIFEST, &m.to_json(), 0o644)
 }
 
 /// Like [`update`], but the new manifest is only renamed into place, not

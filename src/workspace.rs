@@ -92,6 +92,14 @@ pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
     }
 }
 
+/// The process's umask (read by setting it and putting it back).
+fn current_umask() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o022));
+    umask(old);
+    old.bits()
+}
+
 /// One run's directory, open.
 #[derive(Debug)]
 pub struct RunDir {
@@ -115,6 +123,7 @@ impl RunDir {
             Err(e) => return Err(Error::io("cannot create run directory", path, e)),
         }
         let dir = runs.sub(id)?;
+        let umask = current_umask();
         for (name, mode) in [
             ("inputs", 0o755),
             ("outputs", 0o755),
@@ -127,7 +136,7 @@ impl RunDir {
             ("bin", 0o755),
         ] {
             dir.mkdir(name, mode).ctx("cannot create", dir.join(name))?;
-            if mode != 0o755 {
+            if mode & !umask != mode {
                 // mkdir's mode is filtered by the umask; these must be exact.
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode))

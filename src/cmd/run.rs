@@ -28,6 +28,9 @@ use crate::procinfo;
 use crate::sandbox;
 use crate::workspace::{self, RunDir};
 
+/// How long a command runs before its first manifest is synced to disk.
+const FIRST_SYNC_DELAY: Duration = Duration::from_millis(20);
+
 /// A job name: the id alphabet, so it is safe as a path component later.
 fn job_name(args: &RunArgs) -> Result<String, Error> {
     if let Some(job) = &args.job {
@@ -204,8 +207,8 @@ fn run_in(
         pgid: pid.as_raw(),
         start_time: procinfo::stat(pid.as_raw()).map(|s| s.start_time).unwrap_or(0),
     });
-    // The record must exist before the command runs; reaching the disk can
-    // happen while it runs.
+    // The record must exist before the command runs; reaching the disk
+    // happens while it runs.
     let first_sync = match manifest::write_first(&run.dir, &m) {
         Ok(t) => t,
         Err(e) => {
@@ -290,6 +293,19 @@ fn run_in(
             timeout: args.timeout,
             kill_after: args.kill_after,
             renew_every: ttl / 3,
+            // The first record reaches the disk once the command has run a
+            // moment; a command that ends sooner is covered by the final,
+            // durable record instead.
+            once_after: Some((
+                FIRST_SYNC_DELAY,
+                Box::new(|| {
+                    if let Err(e) = first_sync.sync() {
+                        eprintln!(
+                            "runws: warning: the first record of run `{id}` did not reach the disk: {e}"
+                        );
+                    }
+                }),
+            )),
             renew: &mut renew,
         },
     );
@@ -298,11 +314,6 @@ fn run_in(
     }
     if let Some(tees) = tees {
         tees.join(Duration::from_secs(2));
-    }
-    match first_sync.join() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("runws: warning: the first record of run `{id}` did not reach the disk: {e}"),
-        Err(_) => eprintln!("runws: warning: the first record of run `{id}` did not reach the disk"),
     }
     let outcome = outcome?;
     let code = exit_code(&outcome);
