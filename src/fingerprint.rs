@@ -51,49 +51,58 @@ pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, String)> {
 }
 
 /// Copies `src` to `dst`, hashing the bytes as they pass; returns
-/// (bytes, sha256 hex). Reading and hashing overlap with writing.
-pub fn copy_and_hash(src: &mut impl Read, dst: &mut File) -> std::io::Result<(u64, String)> {
-    let (to_writer, from_reader) = mpsc::sync_channel::<Vec<u8>>(2);
-    let (to_reader, spare) = mpsc::channel::<Vec<u8>>();
+/// (bytes, sha256 hex). Each byte is read once. Three stages overlap: a
+/// reader thread fills buffers, this thread hashes them in order, a writer
+/// thread writes them out and hands them back, so on two cores the copy
+/// costs little more than the hash.
+pub fn copy_and_hash(src: &mut (impl Read + Send), dst: &mut File) -> std::io::Result<(u64, String)> {
+    const IN_FLIGHT: usize = 4;
+    let (to_hasher, filled) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
+    let (to_writer, hashed) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
+    let (to_reader, spare) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT * 2 + 2);
     std::thread::scope(|scope| {
+        let reader = scope.spawn(move || -> std::io::Result<()> {
+            loop {
+                let mut buf = spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+                buf.resize(CHUNK, 0);
+                let mut filled_len = 0;
+                while filled_len < CHUNK {
+                    match src.read(&mut buf[filled_len..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled_len += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if filled_len == 0 {
+                    return Ok(());
+                }
+                buf.truncate(filled_len);
+                // The hasher stopped (the writer failed): its error wins.
+                if to_hasher.send(buf).is_err() || filled_len < CHUNK {
+                    return Ok(());
+                }
+            }
+        });
         let writer = scope.spawn(move || -> std::io::Result<()> {
-            for buf in from_reader {
+            for buf in hashed {
                 dst.write_all(&buf)?;
-                let _ = to_reader.send(buf);
+                let _ = to_reader.try_send(buf);
             }
             Ok(())
         });
         let mut hasher = Sha256::new();
         let mut total = 0u64;
-        let read_result = (|| -> std::io::Result<()> {
-            loop {
-                let mut buf = spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
-                buf.resize(CHUNK, 0);
-                let mut filled = 0;
-                while filled < CHUNK {
-                    match src.read(&mut buf[filled..]) {
-                        Ok(0) => break,
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                if filled == 0 {
-                    return Ok(());
-                }
-                buf.truncate(filled);
-                hasher.update(&buf);
-                total += filled as u64;
-                if to_writer.send(buf).is_err() {
-                    // The writer stopped: its error is reported below.
-                    return Ok(());
-                }
-                if filled < CHUNK {
-                    return Ok(());
-                }
+        for buf in filled {
+            hasher.update(&buf);
+            total += buf.len() as u64;
+            if to_writer.send(buf).is_err() {
+                break;
             }
-        })();
+        }
         drop(to_writer);
+        let read_result =
+            reader.join().unwrap_or_else(|_| Err(std::io::Error::other("reader thread panicked")));
         let write_result =
             writer.join().unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked")));
         read_result?;

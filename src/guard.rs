@@ -192,7 +192,7 @@ impl Guard {
 
     /// Writes output `name` from `reader`: `outputs/<name>.<run_id>`,
     /// atomically, recorded with its bytes and sha256.
-    pub fn put(&self, name: &str, reader: &mut impl Read) -> Result<Written> {
+    pub fn put(&self, name: &str, reader: &mut (impl Read + Send)) -> Result<Written> {
         fsx::check_name(name)?;
         if self.via == Via::Broker {
             return broker::put(self.dir(), name, reader);

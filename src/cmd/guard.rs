@@ -11,8 +11,8 @@ use crate::guard::{Guard, Written};
 pub fn put(name: &str, file: Option<&Path>, verbose: bool) -> anyhow::Result<u8> {
     let guard = Guard::from_env()?;
     let written = match file {
-        None => guard.put(name, &mut std::io::stdin().lock())?,
-        Some(p) if p.as_os_str() == "-" => guard.put(name, &mut std::io::stdin().lock())?,
+        None => guard.put(name, &mut std::io::stdin())?,
+        Some(p) if p.as_os_str() == "-" => guard.put(name, &mut std::io::stdin())?,
         Some(p) => {
             let mut f = std::fs::File::open(p).with_context(|| format!("cannot open `{}`", p.display()))?;
             guard.put(name, &mut f)?
