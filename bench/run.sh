@@ -4,9 +4,10 @@
 # of medians. Results go to bench/results/<section>.json and are summarised
 # by hand in BENCHMARKS.md.
 #
-#   bench/run.sh [startup|input|concurrent|reap|ls|all]
+#   bench/run.sh [startup|input|concurrent|reap|ls|seal|lease|all]
 #
-# Needs: hyperfine, python3, openssl; bwrap is measured when installed.
+# Needs: hyperfine, python3, openssl, ripgrep; bwrap and detect-secrets are
+# measured when installed. bench/sandbox.sh measures the sandbox and audit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section=${1:-all}
@@ -92,17 +93,33 @@ SH
   hyperfine -N --warmup 1 --runs 10 --export-json "$RESULTS/concurrent.json" \
     "$WORK/many-env.sh" "$WORK/many-runws.sh" >/dev/null
   ratio "$RESULTS/concurrent.json" 1 0
-  # The last round's runs: all succeeded, ids and ports all distinct.
+  # The last round's runs: all succeeded, ids all distinct.
   "$WORK/many-runws.sh"
   python3 - "$out" "$WORK/root-conc" <<'PY'
 import json, os, sys
 out, root = sys.argv[1], sys.argv[2]
 lines = [open(os.path.join(out, f)).read().split() for f in os.listdir(out)]
-ids = {l[0] for l in lines}; ports = {l[1] for l in lines}
 runs = os.listdir(os.path.join(root, "runs"))
 ok = sum(json.load(open(os.path.join(root, "runs", r, "manifest.json")))["status"] == "succeeded" for r in runs)
-print(f"  check: {len(lines)} runs, {len(ids)} distinct ids, {len(ports)} distinct ports, {ok} succeeded, {len(runs)} run dirs")
-assert len(lines) == len(ids) == len(ports) == ok == len(runs) == 200
+print(f"  check: {len(lines)} runs, {len({l[0] for l in lines})} distinct ids, {ok} succeeded, {len(runs)} run dirs")
+assert len(lines) == len({l[0] for l in lines}) == ok == len(runs) == 200
+PY
+  # Ports are unique among runs alive at the same time: hold all 200 alive
+  # at once (each waits for a barrier), then compare.
+  rm -rf "$WORK/root-conc" "$out" && mkdir -p "$out"
+  for i in $(seq $n); do
+    "$BIN" run --root "$WORK/root-conc" -- sh -c "echo \$RUN_ID \$PORT > $out/\$RUN_ID.port; while [ ! -e $out/barrier ]; do sleep 0.05; done" &
+  done
+  while [ "$(ls "$out" | wc -l)" -lt $n ]; do sleep 0.1; done
+  touch "$out/barrier"
+  wait
+  python3 - "$out" <<'PY'
+import os, sys
+out = sys.argv[1]
+lines = [open(os.path.join(out, f)).read().split() for f in os.listdir(out) if f.endswith(".port")]
+ports = {l[1] for l in lines}
+print(f"  check: {len(lines)} runs alive at once, {len(ports)} distinct ports")
+assert len(lines) == len(ports) == 200
 PY
 }
 
@@ -137,12 +154,58 @@ ls_scaling() {
   rm -rf "$WORK/ls1k" "$WORK/ls10k"
 }
 
+seal() {
+  echo "== seal: a 300 MB mixed tree, against tar --zstd -cf (which does no scanning)"
+  machine
+  local r=$WORK/root-seal
+  "$BIN" run --root "$r" --run-id bench-seal --ports 0 -- true
+  local run=$r/runs/bench-seal
+  python3 bench/gen_tree.py "$run/work/tree" 300 | sed 's/^/  /'
+  cat $(find "$run/work" -type f) >/dev/null
+  local a=$WORK/archives
+  mkdir -p "$a"
+  local list="manifest.json inputs outputs work logs"
+  hyperfine -N --warmup 1 --runs 5 --export-json "$RESULTS/seal.json" \
+    --prepare "rm -f $a/t.tar.zst" "sh -c 'cd $run && tar --zstd -cf $a/t.tar.zst $list'" \
+    --prepare "rm -rf $a/s" "$BIN seal --root $r bench-seal --to $a/s --max-bytes 1GiB --max-files 200000" \
+    --prepare "rm -f $a/t.tar.gz" "sh -c 'cd $run && tar -czf $a/t.tar.gz $list'" >/dev/null
+  ratio "$RESULTS/seal.json" 0 0
+  echo "== scan: the secret scan alone, against ripgrep with the same rules"
+  "$BIN" scan --rules >"$WORK/rules.txt"
+  local tree=$run/work/tree
+  local cmds=("$BIN scan $tree" "rg -uuu -c -f $WORK/rules.txt $tree")
+  if command -v detect-secrets >/dev/null; then
+    cmds+=("detect-secrets scan --all-files $tree")
+  else
+    echo "  (detect-secrets is not installed: pip install detect-secrets to compare it too)"
+  fi
+  hyperfine -N -i --warmup 1 --runs 5 --export-json "$RESULTS/scan.json" "${cmds[@]}" >/dev/null
+  ratio "$RESULTS/scan.json" 0 1
+  rm -rf "$r" "$a"
+}
+
+lease() {
+  echo "== lease: acquire+release round trips per second (5 s each)"
+  machine
+  cargo build --release --locked --example store_bench >/dev/null
+  local eb=$PWD/target/release/examples/store_bench
+  local urls=("file:$WORK/store")
+  if [ -n "${RUNWS_TEST_PG_URL:-}" ]; then urls+=("$RUNWS_TEST_PG_URL"); else echo "  (RUNWS_TEST_PG_URL not set: PostgreSQL skipped; see ci/postgres.sh)"; fi
+  for url in "${urls[@]}"; do
+    for clients in 1 8; do
+      "$eb" "$url" "$clients" 5 distinct | sed 's/^/  /'
+    done
+  done
+}
+
 case "$section" in
   startup) startup ;;
   input) input ;;
   concurrent) concurrent ;;
   reap) reap ;;
   ls) ls_scaling ;;
-  all) startup; input; concurrent; reap; ls_scaling ;;
+  seal) seal ;;
+  lease) lease ;;
+  all) startup; input; concurrent; reap; ls_scaling; seal; lease ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac

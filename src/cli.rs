@@ -151,6 +151,10 @@ followed, and nothing is matched by name.",
         json: bool,
     },
 
+    /// Fill a shared cache for `run --sandbox --cache` (its only writer)
+    #[command(subcommand)]
+    Cache(CacheCommand),
+
     /// Take, renew, release or show a lease with a fencing token
     #[command(subcommand)]
     Lease(LeaseCommand),
@@ -204,10 +208,13 @@ too.",
 the seal uses. Each finding is printed as path:line:rule with the secret redacted. Exit 0 when \
 nothing is found, 82 when something is.")]
     Scan {
-        #[arg(required = true, value_name = "PATH")]
+        #[arg(required_unless_present = "rules", value_name = "PATH")]
         paths: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
+        /// Print the rules as ripgrep patterns (one regex per line) and exit
+        #[arg(long)]
+        rules: bool,
     },
 
     /// Check an archive against its .sha256 file
@@ -375,6 +382,25 @@ lane directory without following symlinks.")]
         lane: String,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// Run COMMAND in DIR holding the cache's exclusive lock
+    #[command(
+        long_about = "Run COMMAND with DIR as its working directory while holding DIR's exclusive \
+lock (DIR/.runws-cache.lock). Sandboxed runs that show DIR with --cache hold the same lock shared \
+for as long as they live, so a warmer waits for the runs using the old cache, runs started while \
+it works wait for the new one, and no run ever sees a half-written cache. Two warmers are \
+serialised. The command's exit status is runws's.",
+        after_help = "Example:\n  runws cache warm /srv/npm-cache -- npm ci --cache /srv/npm-cache"
+    )]
+    Warm {
+        dir: PathBuf,
+        /// The command and its arguments
+        #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
     },
 }
 
@@ -554,6 +580,11 @@ pub struct RunArgs {
     /// With --sandbox: make PATH visible, read-only, even where it is hidden (repeatable)
     #[arg(long = "ro", value_name = "PATH", requires = "sandbox")]
     pub ro: Vec<PathBuf>,
+
+    /// With --sandbox: show the shared cache DIR read-only at MOUNTPOINT (default: DIR)
+    /// with a writable layer of the run's own on top (repeatable)
+    #[arg(long = "cache", value_name = "DIR[:MOUNTPOINT]", requires = "sandbox")]
+    pub cache: Vec<String>,
 
     /// With --sandbox: hide PATH behind an empty, read-only directory or file (repeatable)
     #[arg(long = "hide", value_name = "PATH", requires = "sandbox")]

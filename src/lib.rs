@@ -4,6 +4,7 @@
 //! below hold the mechanisms, and [`guard`] is the public API a child uses
 //! from Rust.
 
+pub mod cache;
 pub mod child;
 pub mod cli;
 pub mod cmd;

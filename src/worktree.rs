@@ -39,6 +39,8 @@ fn git(repo: &Path, args: &[&str]) -> Result<String> {
 /// What `add` made.
 pub struct Added {
     pub repo: PathBuf,
+    /// The repository's shared `.git` directory (objects, refs).
+    pub common_dir: PathBuf,
     pub path: PathBuf,
     pub branch: String,
     pub base: String,
@@ -69,5 +71,11 @@ pub fn add(repo: &Path, path: &Path, branch: &str, base: &str, locks: &Path) -> 
     }
     let p = path.to_str().ok_or_else(|| Error::Usage("the run directory is not valid UTF-8".into()))?;
     git(&top, &["worktree", "add", "--quiet", "-b", branch, p, &base_commit])?;
-    Ok(Added { repo: top, path: path.to_path_buf(), branch: branch.to_string(), base: base_commit })
+    Ok(Added {
+        repo: top,
+        common_dir: PathBuf::from(common),
+        path: path.to_path_buf(),
+        branch: branch.to_string(),
+        base: base_commit,
+    })
 }

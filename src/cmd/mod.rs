@@ -1,6 +1,7 @@
 //! The command layer: one module per subcommand family. Commands use
 //! `anyhow` for context; the exit code comes from the library error inside.
 
+pub mod cache;
 pub mod guard;
 pub mod lane;
 pub mod lease;
@@ -59,6 +60,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Run(args) => run::run(*args, root, store),
         Command::Lease(cmd) => lease::lease(root, store, cmd),
+        Command::Cache(cmd) => cache::cache(cmd),
         Command::Publish { key, file, fence, to, verbose } => {
             lease::publish(root, store, &key, file.as_deref(), fence, to.as_deref(), verbose)
         }
@@ -72,7 +74,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
         Command::Show { run, json } => ls::show(root, &run, json),
         Command::Seal { run, opts } => seal::seal(root, &run, &opts),
-        Command::Scan { paths, json } => seal::scan(&paths, json),
+        Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Verify { archive } => seal::verify(&archive),
         Command::Restore { archive, to } => seal::restore(&archive, &to),
         Command::Reap { dry_run, keep, keep_branch, grace, json } => {

@@ -413,6 +413,7 @@ fn prepare(
     m.env = env.record;
 
     let mut cwd = run.path().join("work");
+    let mut worktree_common_dir: Option<std::path::PathBuf> = None;
     if let Some(repo) = &args.worktree {
         let added = crate::worktree::add(
             &invoked_from.join(repo),
@@ -438,6 +439,7 @@ fn prepare(
             "worktree".into(),
             serde_json::json!({ "repo": added.repo, "path": added.path, "branch": added.branch, "base": added.base }),
         );
+        worktree_common_dir = Some(added.common_dir.clone());
         cwd = added.path;
     }
     if let Some(c) = &args.cwd {
@@ -473,7 +475,21 @@ fn prepare(
     };
     // --- sandbox: the child executes the sandbox init, which runs the command.
     let isolated = match isolation {
-        Some(opts) => Some(sandbox::prepare(opts, &mut spec, run, root, &exe, m)?),
+        Some(opts) => {
+            let mut opts = opts.clone();
+            // A sandboxed run's worktree commits into the repository's
+            // shared object store: that one directory must stay writable.
+            if let Some(common) = &worktree_common_dir
+                && opts.kind == sandbox::Kind::Sandbox
+            {
+                for p in [common.clone(), run.path().join("repo")] {
+                    if !opts.rw.contains(&p) {
+                        opts.rw.push(p);
+                    }
+                }
+            }
+            Some(sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?)
+        }
         None => None,
     };
     // --- end sandbox

@@ -65,7 +65,14 @@ pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs) -> anyhow::Result<u
     seal_run(&rd, &options(args))
 }
 
-pub fn scan(paths: &[std::path::PathBuf], json: bool) -> anyhow::Result<u8> {
+pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Result<u8> {
+    if rules {
+        let mut out = std::io::stdout().lock();
+        for p in scan::ripgrep_patterns() {
+            writeln!(out, "{p}")?;
+        }
+        return Ok(exit::OK);
+    }
     let findings = scan::scan_paths(paths)?;
     let mut out = std::io::stdout().lock();
     if json {

@@ -46,14 +46,18 @@ pub enum MountOp {
     Bind { source: PathBuf, target: PathBuf, writable: bool },
     /// A file hidden behind an empty, read-only `/dev/null`.
     HideFile { target: PathBuf },
+    /// `lower` (a shared cache, never written) seen at `target` through a
+    /// copy-on-write overlay whose upper layer is the run's own `upper`.
+    Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf, target: PathBuf, userxattr: bool },
 }
 
 impl MountOp {
     pub fn target(&self) -> &Path {
         match self {
-            MountOp::Tmpfs { target, .. } | MountOp::Bind { target, .. } | MountOp::HideFile { target } => {
-                target
-            }
+            MountOp::Tmpfs { target, .. }
+            | MountOp::Bind { target, .. }
+            | MountOp::HideFile { target }
+            | MountOp::Overlay { target, .. } => target,
         }
     }
 }
@@ -151,6 +155,36 @@ pub fn tmpfs(target: &Path, mode: u32) -> Result<(), Refused> {
     .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))
 }
 
+fn open_path(path: &Path) -> Result<OwnedFd, Refused> {
+    use nix::fcntl::OFlag;
+    nix::fcntl::open(
+        path,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| fail("cannot open", path, e.into()))
+}
+
+/// An overlay of `lower` (read-only) and the writable `upper` at `target`.
+/// Paths go into the option string as descriptor paths, so a comma or colon
+/// in a real path cannot change the options.
+fn overlay(
+    lower: &OwnedFd,
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+    userxattr: bool,
+) -> Result<(), Refused> {
+    let (u, w) = (open_path(upper)?, open_path(work)?);
+    let fdp = |fd: &OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let mut opts = format!("lowerdir={},upperdir={},workdir={}", fdp(lower), fdp(&u), fdp(&w));
+    if userxattr {
+        opts.push_str(",userxattr");
+    }
+    nix::mount::mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
+        .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
+}
+
 /// A fresh procfs for the new PID namespace.
 pub fn proc_fs() -> Result<(), Refused> {
     nix::mount::mount(
@@ -193,6 +227,9 @@ pub fn build(ops: &[MountOp]) -> Result<(), Refused> {
         trees.push(match op {
             MountOp::Bind { source, .. } => Some(clone_tree(source)?),
             MountOp::HideFile { .. } => Some(clone_tree(Path::new("/dev/null"))?),
+            // The lower layer is opened now, while a later step may still
+            // hide the path it lives under.
+            MountOp::Overlay { lower, .. } => Some(open_path(lower)?),
             MountOp::Tmpfs { .. } => None,
         });
     }
@@ -214,7 +251,15 @@ pub fn build(ops: &[MountOp]) -> Result<(), Refused> {
                 attach(tree, target)?;
                 set_read_only(target, true, false)?;
             }
+            // Placed last, below, once the run's writable layers are bound.
+            (MountOp::Overlay { .. }, _) => {}
             _ => return Err(Refused::new(P, "internal: a bind without its source")),
+        }
+    }
+    for (op, tree) in ops.iter().zip(&trees) {
+        if let (MountOp::Overlay { upper, work, target, userxattr, .. }, Some(lower)) = (op, tree) {
+            mount_point(target, true)?;
+            overlay(lower, upper, work, target, *userxattr)?;
         }
     }
     for op in ops {
@@ -241,7 +286,7 @@ pub fn hiding_targets(ops: &[MountOp]) -> Vec<PathBuf> {
     ops.iter()
         .filter_map(|op| match op {
             MountOp::Tmpfs { target, .. } | MountOp::HideFile { target } => Some(target.clone()),
-            MountOp::Bind { .. } => None,
+            MountOp::Bind { .. } | MountOp::Overlay { .. } => None,
         })
         .collect()
 }

@@ -41,6 +41,8 @@ pub struct Options {
     pub rw: Vec<PathBuf>,
     pub ro: Vec<PathBuf>,
     pub hide: Vec<PathBuf>,
+    /// `--cache DIR[:MOUNTPOINT]`.
+    pub caches: Vec<String>,
     /// `audit --json`.
     pub json: bool,
 }
@@ -56,6 +58,7 @@ impl Options {
             rw: args.rw.clone(),
             ro: args.ro.clone(),
             hide: args.hide.clone(),
+            caches: args.cache.clone(),
             json: false,
         })
     }
@@ -72,6 +75,7 @@ impl Options {
             rw: Vec::new(),
             ro: Vec::new(),
             hide: Vec::new(),
+            caches: Vec::new(),
             json,
         })
     }
@@ -98,6 +102,37 @@ fn homes(uid: u32) -> Vec<PathBuf> {
         .filter_map(|h| std::fs::canonicalize(h).ok())
         .filter(|h| h.is_dir() && h != Path::new("/"))
         .collect()
+}
+
+/// One `--cache DIR[:MOUNTPOINT]`, resolved.
+pub struct Cache {
+    pub dir: PathBuf,
+    pub target: PathBuf,
+}
+
+/// The `--cache` options, resolved: DIR must be a directory; MOUNTPOINT
+/// (default DIR) must be absolute.
+pub fn caches(opts: &Options, base: &Path) -> Result<Vec<Cache>> {
+    let mut out = Vec::new();
+    for spec in &opts.caches {
+        let (dir, target) = match spec.split_once(':') {
+            Some((d, t)) => (d, Some(t)),
+            None => (spec.as_str(), None),
+        };
+        let dir = canonical(Path::new(dir), "--cache", base)?;
+        if !dir.is_dir() {
+            return Err(Error::Usage(format!("--cache `{}` is not a directory", dir.display())));
+        }
+        let target = match target {
+            Some(t) if Path::new(t).is_absolute() => PathBuf::from(t),
+            Some(t) => {
+                return Err(Error::Usage(format!("--cache mount point `{t}` must be an absolute path")));
+            }
+            None => dir.clone(),
+        };
+        out.push(Cache { dir, target });
+    }
+    Ok(out)
 }
 
 /// The sandbox's mount layout (see the module docs), parents first.
@@ -164,6 +199,22 @@ fn layout(
     defaults.retain(|d| !user.iter().any(|u| u.target() == d.target()));
     let mut ops = defaults;
     ops.extend(user);
+    for (i, c) in caches(opts, base)?.into_iter().enumerate() {
+        let layer = run_dir.join("cache").join(".runws-overlay").join(i.to_string());
+        for d in ["upper", "work"] {
+            std::fs::create_dir_all(layer.join(d)).ctx("cannot create", layer.join(d))?;
+        }
+        if ops.iter().any(|op| op.target() == c.target) {
+            return Err(Error::Usage(format!("--cache mount point `{}` is used twice", c.target.display())));
+        }
+        ops.push(MountOp::Overlay {
+            lower: c.dir,
+            upper: layer.join("upper"),
+            work: layer.join("work"),
+            target: c.target,
+            userxattr: uid != 0,
+        });
+    }
 
     // The command and runws itself must stay executable even when a hiding
     // mount covers them (a binary in ~/.cargo/bin, a script under /tmp).
@@ -283,8 +334,17 @@ pub fn prepare(
         RECORD_FIELD.into(),
         serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?,
     );
+    // Shared cache locks, held for the run's life: `cache warm` (exclusive)
+    // never rewrites a cache a live run shows.
+    let mut cache_locks = Vec::new();
+    if opts.kind == Kind::Sandbox {
+        for c in caches(opts, &base)? {
+            cache_locks.push(crate::cache::lock(&c.dir, false)?);
+        }
+    }
     let broker = broker::Server::bind(run)?;
     Ok(Setup {
+        cache_locks,
         kind: opts.kind,
         status: Some(status_r),
         broker: Some(broker),

@@ -4,6 +4,7 @@ mod harness;
 
 mod audit;
 mod bad_input;
+mod cache;
 mod concurrency;
 mod environment;
 mod exit_codes;

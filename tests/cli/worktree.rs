@@ -89,3 +89,21 @@ fn keep_branch_keeps_the_work_and_bad_repos_are_refused() {
         .one_line_error()
         .stderr_has("is not a commit");
 }
+
+#[test]
+fn a_sandboxed_worktree_run_can_commit_and_nothing_else_of_the_repo_is_writable() {
+    if crate::sandbox::skip(crate::sandbox::Who::Me, "sandboxed_worktree") {
+        return;
+    }
+    let env = Env::new();
+    let repo = repo(&env);
+    let script = format!(
+        r#"set -e
+           echo hi > f && git add f && git -c user.name=r -c user.email=r@example.invalid commit -q -m inside
+           echo x > '{}/README' 2>/dev/null || true"#,
+        repo.display()
+    );
+    env.run(&["run", "--run-id", "sb", "--sandbox", "--worktree", "repo", "--", "sh", "-c", &script]).ok();
+    assert!(git(&repo, &["log", "--oneline", "runws/sb"]).contains("inside"));
+    assert_eq!(std::fs::read_to_string(repo.join("README")).unwrap(), "base\n");
+}
