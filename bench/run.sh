@@ -179,7 +179,7 @@ seal() {
   else
     echo "  (detect-secrets is not installed: pip install detect-secrets to compare it too)"
   fi
-  hyperfine -N -i --warmup 1 --runs 5 --export-json "$RESULTS/scan.json" "${cmds[@]}" >/dev/null
+  hyperfine -N -i --warmup 1 --runs 3 --export-json "$RESULTS/scan.json" "${cmds[@]}" >/dev/null
   ratio "$RESULTS/scan.json" 0 1
   rm -rf "$r" "$a"
 }

@@ -120,8 +120,7 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
 /// Moves `fd` to a descriptor >= 64, close-on-exec, so that placing the
 /// listening sockets at 3, 4, ... in the child cannot overwrite it.
 pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor we own; the result is a
-    // new descriptor that nothing else owns.
+    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor we own; the result is a new descriptor that nothing else owns.
     let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
     if raw < 0 {
         return Err(Error::io("cannot duplicate descriptor", "runws", std::io::Error::last_os_error()));
@@ -175,13 +174,10 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let keep = spec.keep;
     let keep_raw: Vec<RawFd> = keep.iter().map(|f| f.as_raw_fd()).collect();
 
-    // SAFETY: after fork the child calls only async-signal-safe functions
-    // (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask,
-    // execve, write, _exit) on memory prepared above; it never allocates or locks.
+    // SAFETY: after fork the child calls only async-signal-safe functions (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask, execve, write, _exit) on memory prepared above; it never allocates or locks.
     match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
         nix::unistd::ForkResult::Child => {
-            // SAFETY: see above; every pointer refers to memory owned by this
-            // (copied) address space and valid until execve.
+            // SAFETY: see above; every pointer refers to memory owned by this (copied) address space and valid until execve.
             unsafe {
                 child_after_fork(ChildFds {
                     program: program.as_ptr(),
@@ -230,8 +226,7 @@ struct ChildFds<'a> {
 
 /// Runs in the forked child. Never returns.
 unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
-    // SAFETY (whole function): only async-signal-safe libc calls on
-    // descriptors and buffers prepared before the fork.
+    // SAFETY (whole function): only async-signal-safe libc calls on descriptors and buffers prepared before the fork.
     unsafe {
         let fail = |errno: i32| -> ! {
             let bytes = errno.to_ne_bytes();

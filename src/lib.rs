@@ -5,6 +5,7 @@
 //! from Rust.
 
 pub mod cache;
+pub mod capture;
 pub mod child;
 pub mod cli;
 pub mod cmd;

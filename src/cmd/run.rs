@@ -8,7 +8,6 @@
 //! 126/127 when the command cannot run).
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -16,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 
 use super::lease::RunLease;
+use crate::capture::Capture;
 use crate::child::{self, Outcome, Spec, Watch};
 use crate::cli::{AuditArgs, RunArgs};
 use crate::envbuild::{self, Grant, RunPaths};
@@ -549,92 +549,4 @@ fn restore_foreground() {
     unsafe {
         nix::libc::tcsetpgrp(0, nix::libc::getpgrp());
     }
-}
-
-/// `--capture`: the command's stdout and stderr go through pipes; runws
-/// copies each to its own stream and to `logs/`.
-struct Capture {
-    out_r: OwnedFd,
-    out_w: OwnedFd,
-    err_r: OwnedFd,
-    err_w: OwnedFd,
-    out_log: std::fs::File,
-    err_log: std::fs::File,
-}
-
-struct Tees {
-    threads: Vec<std::thread::JoinHandle<()>>,
-    done: std::sync::mpsc::Receiver<()>,
-}
-
-impl Capture {
-    fn open(run: &RunDir) -> Result<Capture, Error> {
-        let logs = run.sub("logs")?;
-        let out_log = logs.create_new("stdout.log", 0o644).ctx("cannot create", logs.join("stdout.log"))?;
-        let err_log = logs.create_new("stderr.log", 0o644).ctx("cannot create", logs.join("stderr.log"))?;
-        let (out_r, out_w) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "capture")?;
-        let (err_r, err_w) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "capture")?;
-        Ok(Capture { out_r, out_w, err_r, err_w, out_log, err_log })
-    }
-
-    fn start(self) -> Tees {
-        let Capture { out_r, out_w, err_r, err_w, out_log, err_log } = self;
-        // Our copies of the write ends must close, or the readers never see EOF.
-        drop((out_w, err_w));
-        let (tx, done) = std::sync::mpsc::channel();
-        let spawn = |r: OwnedFd, log: std::fs::File, to_stderr: bool, tx: std::sync::mpsc::Sender<()>| {
-            std::thread::spawn(move || {
-                tee(std::fs::File::from(r), log, to_stderr);
-                let _ = tx.send(());
-            })
-        };
-        let threads = vec![spawn(out_r, out_log, false, tx.clone()), spawn(err_r, err_log, true, tx)];
-        Tees { threads, done }
-    }
-}
-
-impl Tees {
-    /// Waits for both streams to end, at most `grace` after the command
-    /// exited (a background process may hold the pipe open forever).
-    fn join(self, grace: Duration) {
-        let deadline = std::time::Instant::now() + grace;
-        let mut finished = 0;
-        while finished < self.threads.len() {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.done.recv_timeout(left) {
-                Ok(()) => finished += 1,
-                Err(_) => return,
-            }
-        }
-        for t in self.threads {
-            let _ = t.join();
-        }
-    }
-}
-
-fn tee(mut from: std::fs::File, mut log: std::fs::File, to_stderr: bool) {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut console_ok = true;
-    loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if console_ok {
-            let r = if to_stderr {
-                std::io::stderr().write_all(&buf[..n])
-            } else {
-                let mut out = std::io::stdout().lock();
-                out.write_all(&buf[..n]).and_then(|()| out.flush())
-            };
-            // A closed console must not stop the log or block the command.
-            console_ok = r.is_ok();
-        }
-        let _ = log.write_all(&buf[..n]);
-    }
-    let _ = log.sync_all();
 }

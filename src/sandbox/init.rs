@@ -77,8 +77,7 @@ fn block_forwarded() {
 fn close_listen_fds() {
     let n: i32 = std::env::var("LISTEN_FDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     for fd in 3..3 + n.clamp(0, 1024) {
-        // SAFETY: closing descriptors this process inherited for the command;
-        // nothing in this process uses them.
+        // SAFETY: closing descriptors this process inherited for the command; nothing in this process uses them.
         unsafe {
             libc::close(fd);
         }
@@ -178,8 +177,7 @@ fn outer(plan: &Plan, mut status: Status, command: Vec<OsString>) -> Result<u8, 
         Ok(p) => p,
         Err(e) => return Err((status, Refused::new("PID namespace", format!("pipe: {e}")))),
     };
-    // SAFETY: this process is single-threaded (the init never starts a
-    // thread), so the child may do anything after the fork.
+    // SAFETY: this process is single-threaded (the init never starts a thread), so the child may do anything after the fork.
     match unsafe { nix::unistd::fork() } {
         Err(e) => Err((status, Refused::new("PID namespace", format!("fork: {e}")))),
         Ok(ForkResult::Child) => {
@@ -225,8 +223,7 @@ fn relay(pid1: i32, report: OwnedFd) -> u8 {
 
 /// Ends this process with `sig`, as the command ended, without a core dump.
 fn die_by(sig: i32) -> u8 {
-    // SAFETY: prctl, signal, sigprocmask and raise on our own process with
-    // valid arguments; a default disposition ends the process here.
+    // SAFETY: prctl, signal, sigprocmask and raise on our own process with valid arguments; a default disposition ends the process here.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         libc::signal(sig, libc::SIG_DFL);
@@ -298,8 +295,7 @@ fn pid1(
         }
     }
     if nix::unistd::getpid().as_raw() == 1 {
-        // SAFETY: kill(-1) from PID 1 of our own namespace reaches only the
-        // processes of this run (never ourselves).
+        // SAFETY: kill(-1) from PID 1 of our own namespace reaches only the processes of this run (never ourselves).
         unsafe {
             libc::kill(-1, libc::SIGKILL);
         }
@@ -324,8 +320,7 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, command:
     let fail = |status: &mut Status, r: Report| -> ! {
         let code = if matches!(r, Report::ExecFailed(_)) { exit::NOT_FOUND } else { exit::FAILURE };
         status.send(&r);
-        // SAFETY: _exit skips the destructors and stdio buffers this forked
-        // copy shares with its parent.
+        // SAFETY: _exit skips the destructors and stdio buffers this forked copy shares with its parent.
         unsafe { libc::_exit(code as i32) }
     };
     // SAFETY: resetting this process's own signal state before exec.

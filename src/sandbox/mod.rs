@@ -221,8 +221,7 @@ pub fn plan_file(plan: &Plan) -> Result<OwnedFd> {
     use std::io::{Seek, Write};
     let json =
         serde_json::to_vec(plan).map_err(|e| Error::Sandbox(format!("cannot encode the plan: {e}")))?;
-    // SAFETY: memfd_create with a static NUL-terminated name; the result is
-    // checked and owned at once.
+    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked and owned at once.
     let fd = unsafe { nix::libc::memfd_create(c"runws-plan".as_ptr(), nix::libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(Error::io("cannot create", "memfd", std::io::Error::last_os_error()));

@@ -82,8 +82,7 @@ pub fn make_private() -> Result<(), Refused> {
 pub fn clone_tree(path: &Path) -> Result<OwnedFd, Refused> {
     let c = cpath(path)?;
     let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint;
-    // SAFETY: open_tree reads a NUL-terminated path we own; it returns a new
-    // descriptor or -1.
+    // SAFETY: open_tree reads a NUL-terminated path we own; it returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
     if fd < 0 {
         return Err(fail("cannot clone", path, io::Error::last_os_error()));
@@ -125,8 +124,7 @@ pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<()
         attr.attr_clr = libc::MOUNT_ATTR_RDONLY;
     }
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: mount_setattr reads the path and the attribute struct we own,
-    // with its exact size.
+    // SAFETY: mount_setattr reads the path and the attribute struct we own, with its exact size.
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,

@@ -71,8 +71,7 @@ pub fn unshare(flag: CloneFlags, protection: &'static str) -> Result<(), Refused
 /// command can still talk to itself (and to nothing else).
 pub fn loopback_up() -> Result<(), Refused> {
     const P: &str = "network namespace";
-    // SAFETY: socket() with constant arguments; the result is checked and
-    // owned immediately.
+    // SAFETY: socket() with constant arguments; the result is checked and owned immediately.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(Refused::io(P, "cannot open a socket", io::Error::last_os_error()));
