@@ -132,7 +132,14 @@ fn a_paused_holder_is_fenced_off_at_the_sink() {
         nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
         let a_out = Out::from(a.wait_with_output().unwrap());
         a_out.ok().stderr_has("stale fence").stderr_has("lost the lease");
-        assert_eq!(std::fs::read_to_string(flag("a.code")).unwrap().trim(), "76");
+        // The command wrote its publish's exit status before it exited.
+        let code = std::fs::read_to_string(flag("a.code")).unwrap_or_else(|e| {
+            panic!(
+                "A's status file is missing ({e})\n--- A's stdout\n{}\n--- A's stderr\n{}",
+                a_out.stdout, a_out.stderr
+            )
+        });
+        assert_eq!(code.trim(), "76");
 
         let read_sink = || -> String {
             if store.is_none() {
