@@ -226,15 +226,7 @@ fn run_in(
     }
     // --- end sandbox
     if let Err(e) = paused.start(&program) {
-        let code = e.exit_code();
-        let msg = e.to_string();
-        let _ = finish(
-            &run,
-            Outcome { exit_code: Some(code as i32), signal: None, timed_out: false },
-            Some(msg.clone()),
-        );
-        eprintln!("runws: {msg}");
-        return Ok(code);
+        return Ok(not_started(&run, e));
     }
     // --- sandbox: the init reports a refused setup, or each protection
     // `--sandbox=try` went without, before the command runs.
@@ -251,16 +243,8 @@ fn run_in(
             }
             Ok(_) => {}
             Err(e) => {
-                let code = e.exit_code();
                 let _ = nix::sys::wait::waitpid(pid, None);
-                let msg = e.to_string();
-                let _ = finish(
-                    &run,
-                    Outcome { exit_code: Some(code as i32), signal: None, timed_out: false },
-                    Some(msg.clone()),
-                );
-                eprintln!("runws: {msg}");
-                return Ok(code);
+                return Ok(not_started(&run, e));
             }
         }
     }
@@ -508,6 +492,19 @@ fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8>
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     Err(e.into())
+}
+
+/// Records and reports a command that could not be started (126, 127, or
+/// 125 for a refused sandbox); returns its exit code.
+fn not_started(run: &RunDir, e: Error) -> u8 {
+    let code = e.exit_code();
+    let msg = e.to_string();
+    let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
+    if let Err(w) = finish(run, outcome, Some(msg.clone())) {
+        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
+    }
+    eprintln!("runws: {msg}");
+    code
 }
 
 /// Records how the command ended, unless the run was taken over meanwhile.
