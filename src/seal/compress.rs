@@ -62,8 +62,11 @@ impl Compressor {
                 let mut enc = zstd::stream::write::Encoder::new(sink, ZSTD_LEVEL)?;
                 enc.include_checksum(true)?;
                 // Compressing on worker threads lets the walk, the reads and the
-                // inspector run alongside; the stream stays one ordinary frame.
-                let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+                // inspector run alongside; one core stays theirs (with every core
+                // compressing, the reading thread starves: measured 1.45x tar's
+                // time on two cores against 1.27x). The stream stays one frame.
+                let workers =
+                    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).clamp(1, 4));
                 enc.multithread(workers as u32)?;
                 Compressor::Zst(enc)
             }
