@@ -20,17 +20,7 @@ mkdir -p "$RESULTS"
 WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-ratio() { # json file, name of runws command index, name of reference index
-  python3 - "$@" <<'PY'
-import json, statistics, sys
-data = json.load(open(sys.argv[1]))["results"]
-med = {r["command"]: statistics.median(r["times"]) for r in data}
-cmds = list(med)
-ref = cmds[int(sys.argv[3])]
-for c in cmds:
-    print(f"  median {med[c]*1000:9.3f} ms  ratio {med[c]/med[ref]:5.2f}  {c}")
-PY
-}
+. bench/lib.sh
 
 machine() {
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), fs $(df -T "$WORK" | awk 'NR==2 {print $2}')"
@@ -44,14 +34,14 @@ startup() {
     cmds+=("bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --die-with-parent /bin/true")
   fi
   hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup.json" "${cmds[@]}" >/dev/null
-  ratio "$RESULTS/startup.json" 1 0
+  ratio "$RESULTS/startup.json" 0
   if [ -d /dev/shm ]; then
     echo "  the same with the root on tmpfs (no disk latency in the manifest's fsyncs):"
     local shm
     shm=$(mktemp -d /dev/shm/runws-bench.XXXXXX)
     hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup-tmpfs.json" \
       "env -i /bin/true" "$BIN run --root $shm/root --ports 1 -- /bin/true" >/dev/null
-    ratio "$RESULTS/startup-tmpfs.json" 1 0
+    ratio "$RESULTS/startup-tmpfs.json" 0
     rm -rf "$shm"
   fi
 }
@@ -66,7 +56,7 @@ input() {
     --prepare "rm -rf $WORK/root-input" \
     "openssl dgst -sha256 $f" \
     "$BIN run --root $WORK/root-input --ports 0 --input $f -- /bin/true" >/dev/null
-  ratio "$RESULTS/input.json" 1 0
+  ratio "$RESULTS/input.json" 0
   rm -rf "$WORK/root-input" "$f"
 }
 
@@ -92,7 +82,7 @@ SH
   chmod +x "$WORK/many-runws.sh" "$WORK/many-env.sh"
   hyperfine -N --warmup 1 --runs 10 --export-json "$RESULTS/concurrent.json" \
     "$WORK/many-env.sh" "$WORK/many-runws.sh" >/dev/null
-  ratio "$RESULTS/concurrent.json" 1 0
+  ratio "$RESULTS/concurrent.json" 0
   # The last round's runs: all succeeded, ids all distinct.
   "$WORK/many-runws.sh"
   python3 - "$out" "$WORK/root-conc" <<'PY'
@@ -131,13 +121,13 @@ reap() {
   hyperfine -N --runs 5 --export-json "$RESULTS/reap.json" \
     --prepare "sh -c '$gen'" "sh -c 'cd $r/runs && rm -rf */home */tmp */cache */run */bin'" \
     --prepare "sh -c '$gen'" "$BIN reap --root $r --grace 0s" >/dev/null
-  ratio "$RESULTS/reap.json" 1 0
+  ratio "$RESULTS/reap.json" 0
   echo "== reap --keep 0s: 10,000 finished runs removed whole, against rm -rf of the run directories"
   gen="rm -rf $r && python3 bench/gen_runs.py $r $n succeeded && sync"
   hyperfine -N --runs 5 --export-json "$RESULTS/reap-keep.json" \
     --prepare "sh -c '$gen'" "sh -c 'cd $r/runs && rm -rf r*'" \
     --prepare "sh -c '$gen'" "$BIN reap --root $r --keep 0s --grace 0s" >/dev/null
-  ratio "$RESULTS/reap-keep.json" 1 0
+  ratio "$RESULTS/reap-keep.json" 0
   rm -rf "$r"
 }
 
@@ -149,7 +139,7 @@ ls_scaling() {
   python3 bench/gen_runs.py "$WORK/ls10k" 10000 succeeded
   hyperfine -N --warmup 2 --runs 10 --export-json "$RESULTS/ls.json" \
     "$BIN ls --root $WORK/ls1k --json" "$BIN ls --root $WORK/ls10k --json" >/dev/null
-  ratio "$RESULTS/ls.json" 1 0
+  ratio "$RESULTS/ls.json" 0
   echo "  (linear scaling is a ratio near 10)"
   rm -rf "$WORK/ls1k" "$WORK/ls10k"
 }
@@ -169,7 +159,7 @@ seal() {
     --prepare "rm -f $a/t.tar.zst" "sh -c 'cd $run && tar --zstd -cf $a/t.tar.zst $list'" \
     --prepare "rm -rf $a/s" "$BIN seal --root $r bench-seal --to $a/s --max-bytes 1GiB --max-files 200000" \
     --prepare "rm -f $a/t.tar.gz" "sh -c 'cd $run && tar -czf $a/t.tar.gz $list'" >/dev/null
-  ratio "$RESULTS/seal.json" 0 0
+  ratio "$RESULTS/seal.json" 0
   echo "== scan: the secret scan alone, against ripgrep with the same rules"
   "$BIN" scan --rules >"$WORK/rules.txt"
   local tree=$run/work/tree
@@ -180,7 +170,7 @@ seal() {
     echo "  (detect-secrets is not installed: pip install detect-secrets to compare it too)"
   fi
   hyperfine -N -i --warmup 1 --runs 3 --export-json "$RESULTS/scan.json" "${cmds[@]}" >/dev/null
-  ratio "$RESULTS/scan.json" 0 1
+  ratio "$RESULTS/scan.json" 1
   rm -rf "$r" "$a"
 }
 

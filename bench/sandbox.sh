@@ -21,17 +21,7 @@ WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
 SHM=$(mktemp -d /dev/shm/runws-bench.XXXXXX)
 trap 'rm -rf "$WORK" "$SHM"' EXIT
 
-ratio() { # json file, index of the reference command
-  python3 - "$@" <<'PY'
-import json, statistics, sys
-data = json.load(open(sys.argv[1]))["results"]
-med = {r["command"]: statistics.median(r["times"]) for r in data}
-cmds = list(med)
-ref = cmds[int(sys.argv[2])]
-for c in cmds:
-    print(f"  median {med[c]*1000:9.3f} ms  ratio {med[c]/med[ref]:5.2f}  {c}")
-PY
-}
+. bench/lib.sh
 
 machine() {
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), user $(id -un)"

@@ -449,15 +449,7 @@ impl Dir {
 
     /// The names in this directory, except `.` and `..`.
     pub fn entries(&self) -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        let rd = std::fs::read_dir(&self.path).ctx("cannot list", &self.path)?;
-        for entry in rd {
-            let entry = entry.ctx("cannot list", &self.path)?;
-            if let Some(s) = entry.file_name().to_str() {
-                names.push(s.to_string());
-            }
-        }
-        Ok(names)
+        Ok(self.entries_raw()?.into_iter().map(|(name, _)| name).collect())
     }
 
     pub fn raw_fd(&self) -> i32 {

@@ -144,15 +144,9 @@ pub(crate) fn end_recorded_group(pgid: i32, start_time: Option<u64>, grace: Dura
     end_group(pgid, start_time, grace, &Procs::scan())
 }
 
+/// `git -C repo ARGS` for the teardown steps, whose errors are report lines.
 fn git(repo: &str, args: &[&str]) -> std::result::Result<(), String> {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_string()) }
+    crate::worktree::git(Path::new(repo), args).map(drop).map_err(|e| e.to_string())
 }
 
 /// Removes a claimed path, only if it lies inside the run directory, walking

@@ -50,8 +50,9 @@ pub struct RestoreReport {
 /// Recomputes the archive's sha256 and compares it with `<archive>.sha256`;
 /// returns the hex digest when they match.
 pub fn verify(archive: &Path) -> Result<String> {
+    // The archive first: a missing archive is not a missing checksum.
+    let file = File::open(archive).ctx("cannot open archive", archive)?;
     let expected = expected_sha256(archive)?;
-    let file = File::open(archive).ctx("cannot open", archive)?;
     check_sha256(archive, &file, &expected)?;
     Ok(expected)
 }
@@ -60,10 +61,10 @@ pub fn verify(archive: &Path) -> Result<String> {
 /// directory. On any error `target` is left as it was.
 pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
     let target_existed = check_target(target)?;
-    let expected = expected_sha256(archive)?;
     // One open file serves the check and the extraction, so a rename of
     // another file over `archive` in between changes nothing.
-    let file = File::open(archive).ctx("cannot open", archive)?;
+    let file = File::open(archive).ctx("cannot open archive", archive)?;
+    let expected = expected_sha256(archive)?;
     check_sha256(archive, &file, &expected)?;
     (&file).seek(SeekFrom::Start(0)).ctx("cannot read", archive)?;
     let format = detect(archive, &file)?;

@@ -17,7 +17,8 @@ use sha2::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::hex;
 
-fn git(repo: &Path, args: &[&str]) -> Result<String> {
+/// Runs `git -C repo ARGS`; its trimmed stdout, or an error with git's stderr.
+pub(crate) fn git(repo: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)

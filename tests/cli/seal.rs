@@ -207,3 +207,15 @@ fn a_corrupted_archive_is_refused_before_extraction() {
     env.run(&["restore", archive.to_str().unwrap(), "--to", target.to_str().unwrap()]).code(4);
     assert!(!target.exists() || std::fs::read_dir(&target).unwrap().next().is_none());
 }
+
+#[test]
+fn a_missing_archive_is_named_as_missing() {
+    let env = Env::new();
+    let target = env.path("t");
+    env.run(&["restore", "no-such.tar.zst", "--to", target.to_str().unwrap()])
+        .code(125)
+        .one_line_error()
+        .stderr_has("cannot open archive `no-such.tar.zst`");
+    env.run(&["verify", "no-such.tar.zst"]).code(125).stderr_has("cannot open archive");
+    assert!(!target.exists());
+}
