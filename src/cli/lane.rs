@@ -7,6 +7,7 @@ use clap::Subcommand;
 
 /// The steps of a promotion lane.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum LaneCommand {
     /// Claim a lane for TICKET; prints its name, lane-<ticket>-<initials>
     #[command(long_about = "Create ROOT/lanes/lane-<ticket>-<initials>/ (initials: the first letter or \

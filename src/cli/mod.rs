@@ -38,6 +38,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Run a command in a fresh run workspace
     #[command(
@@ -263,6 +264,7 @@ runws lane reset lane-PROJ-42-abcd --resetter Di"
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum CacheCommand {
     /// Run COMMAND in DIR holding the cache's exclusive lock
     #[command(
@@ -282,6 +284,7 @@ serialised. The command's exit status is runws's.",
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum LeaseCommand {
     /// Take the lease on KEY and print its fencing token (exit 75 when held)
     #[command(long_about = "Take the lease on KEY when it is free or expired, and print its fencing \

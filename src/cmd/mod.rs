@@ -33,11 +33,7 @@ pub fn main() -> u8 {
             return exit::OK;
         }
         Err(e) => {
-            // One line, like every other refusal.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("runws: {first} (see `runws --help`)");
+            eprintln!("runws: {} (see `runws --help`)", one_line(&e.to_string()));
             return exit::FAILURE;
         }
     };
@@ -51,6 +47,20 @@ pub fn main() -> u8 {
             exit_code(&err)
         }
     }
+}
+
+/// A usage error on one line, like every other refusal: clap's message
+/// (which may list the missing arguments on the lines below it) without its
+/// usage and tip sections.
+fn one_line(text: &str) -> String {
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    let message: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if message.is_empty() { "invalid usage".into() } else { message.join(" ") }
 }
 
 /// Runs one parsed command line; returns the exit code on success.

@@ -49,6 +49,9 @@ fn runws_failure_is_125_not_executable_126_not_found_127() {
     let env = Env::new();
     env.run(&["run", "--run-id", "bad/id", "--", "true"]).code(125).one_line_error();
     env.run(&["run", "--no-such-flag", "--", "true"]).code(125).one_line_error();
+    // A missing argument is named on the one line, not left to a second one.
+    env.run(&["lease", "acquire"]).code(125).one_line_error().stderr_has("not provided: <KEY>");
+    env.run(&["run"]).code(125).one_line_error().stderr_has("<COMMAND>");
     env.run(&["run", "--run-id", "nf", "--", "no-such-command-xyz"])
         .code(127)
         .one_line_error()
