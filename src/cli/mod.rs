@@ -484,3 +484,14 @@ pub struct AuditArgs {
     #[command(flatten)]
     pub run: RunArgs,
 }
+
+#[cfg(test)]
+mod tests {
+    /// Subcommands are built only when invoked; this builds every one of
+    /// them and checks clap's rules (names, conflicts, defaults) at once.
+    #[test]
+    fn the_whole_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}
