@@ -3,55 +3,49 @@
 //! A port comes from `bind(port 0)`: the kernel picks one nobody has bound.
 //! Once runws closes its socket so the child can bind the port itself, the
 //! kernel could hand the same port to the next run; the ledger prevents that:
-//! `ROOT/store/ports/<port>` is `flock`ed by the runws process that owns the
-//! port for as long as the run lives. A lock dies with its process, so a
-//! killed runws never leaves a stale entry. With `--listen` the bound,
-//! listening sockets themselves go to the child and there is no window at all.
+//! in the one file `ROOT/store/ports.ledger`, the runws process that owns
+//! port N holds an open-file-description lock on byte N for as long as the
+//! run lives. A lock dies with the last descriptor of its open file, so a
+//! killed runws never leaves a stale entry, and taking or giving back a port
+//! creates and removes no file. With `--listen` the bound, listening sockets
+//! themselves go to the child and there is no window at all.
 
 use std::fs::File;
 use std::net::{IpAddr, TcpListener};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{FcntlArg, fcntl};
 
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::PortRecord;
 
-/// Ports held for one run: the ledger locks, and the sockets until they are
-/// handed over or closed.
+/// The ledger file under ROOT/store.
+pub const LEDGER: &str = "ports.ledger";
+
+/// Ports held for one run: the ledger (whose open file holds the locks), and
+/// the sockets until they are handed over or closed.
 pub struct Ports {
     pub records: Vec<PortRecord>,
     pub sockets: Vec<TcpListener>,
-    locks: Vec<(PathBuf, Flock<File>)>,
+    ledger: Option<File>,
 }
 
 impl Ports {
     pub fn none() -> Ports {
-        Ports { records: Vec::new(), sockets: Vec::new(), locks: Vec::new() }
+        Ports { records: Vec::new(), sockets: Vec::new(), ledger: None }
     }
 
     /// Closes the sockets (the child binds the ports itself); the ledger
-    /// entries stay held.
+    /// locks stay held.
     pub fn close_sockets(&mut self) {
         self.sockets.clear();
     }
 
-    /// Releases the ledger entries. Each file is removed while its lock is
-    /// still held; a process that opened it just before sees a different
-    /// inode (or none) at the path after it locks, and retries.
+    /// Gives the ports back: closing the ledger's only descriptor releases
+    /// every lock this run holds in it.
     pub fn release(&mut self) {
         self.sockets.clear();
-        for (path, lock) in self.locks.drain(..) {
-            let _ = std::fs::remove_file(&path);
-            drop(lock);
-        }
-    }
-}
-
-impl Drop for Ports {
-    fn drop(&mut self) {
-        self.release();
+        self.ledger = None;
     }
 }
 
@@ -60,8 +54,8 @@ pub fn var_name(i: usize) -> String {
     if i == 0 { "PORT".to_string() } else { format!("PORT_{i}") }
 }
 
-/// Reserves `n` ports on `host`, each one unique among live runs under the
-/// same ledger directory.
+/// Reserves `n` ports on `host`, each one unique among live runs that use the
+/// same ledger file.
 pub fn reserve(n: u16, host: &str, ledger: &Path) -> Result<Ports> {
     if n == 0 {
         return Ok(Ports::none());
@@ -69,7 +63,7 @@ pub fn reserve(n: u16, host: &str, ledger: &Path) -> Result<Ports> {
     let ip: IpAddr = host.parse().map_err(|_| {
         Error::Usage(format!("--port-host takes an IP address, not `{}`", host.escape_debug()))
     })?;
-    std::fs::create_dir_all(ledger).ctx("cannot create the port ledger", ledger)?;
+    let file = open_ledger(ledger)?;
     let mut ports = Ports::none();
     // Ports another run holds: kept bound until we finish, so the kernel
     // does not offer them to us again.
@@ -85,47 +79,50 @@ pub fn reserve(n: u16, host: &str, ledger: &Path) -> Result<Ports> {
         }
         let sock = TcpListener::bind((ip, 0)).map_err(|e| Error::io("cannot bind a port on", host, e))?;
         let port = sock.local_addr().map_err(|e| Error::io("cannot read the port of", host, e))?.port();
-        match try_lock(ledger, port)? {
-            Some(lock) => {
-                ports.records.push(PortRecord {
-                    var: var_name(ports.sockets.len()),
-                    port,
-                    host: host.to_string(),
-                });
-                ports.sockets.push(sock);
-                ports.locks.push(lock);
-            }
-            None => refused.push(sock),
+        if try_lock(&file, port).ctx("cannot lock a port in", ledger)? {
+            ports.records.push(PortRecord {
+                var: var_name(ports.sockets.len()),
+                port,
+                host: host.to_string(),
+            });
+            ports.sockets.push(sock);
+        } else {
+            refused.push(sock);
         }
     }
+    ports.ledger = Some(file);
     Ok(ports)
 }
 
-/// Takes the ledger entry for `port` without waiting; `None` when a live run
-/// holds it.
-fn try_lock(ledger: &Path, port: u16) -> Result<Option<(PathBuf, Flock<File>)>> {
-    let path = ledger.join(port.to_string());
-    loop {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .ctx("cannot open the port ledger entry", &path)?;
-        let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => lock,
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
-            Err((_, e)) => return Err(Error::io("cannot lock", &path, e.into())),
-        };
-        // The holder before us may have removed the file after we opened
-        // it: our lock is then on an orphan inode, and we start again.
-        let held = lock.metadata().ctx("cannot stat", &path)?;
-        match std::fs::metadata(&path) {
-            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                return Ok(Some((path, lock)));
-            }
-            _ => continue,
-        }
+fn open_ledger(path: &Path) -> Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).ctx("cannot create the port ledger's directory", dir)?;
+    }
+    // Close-on-exec (the std default): the command never holds the locks.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .ctx("cannot open the port ledger", path)
+}
+
+/// Takes the lock on byte `port` of the ledger without waiting; false when a
+/// live run holds it. Locks of one open file never conflict with each other,
+/// so a run's own ports are told apart by the kernel, which never binds one
+/// port twice.
+fn try_lock(ledger: &File, port: u16) -> std::io::Result<bool> {
+    // SAFETY: flock is a plain C struct for which all-zero is a valid value.
+    let mut range: nix::libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = nix::libc::F_WRLCK as i16;
+    range.l_whence = nix::libc::SEEK_SET as i16;
+    range.l_start = port as i64;
+    range.l_len = 1;
+    match fcntl(ledger, FcntlArg::F_OFD_SETLK(&range)) {
+        Ok(_) => Ok(true),
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -136,15 +133,19 @@ mod tests {
     #[test]
     fn two_reservations_never_share_a_port() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut a = reserve(5, "127.0.0.1", tmp.path()).unwrap();
+        let ledger = tmp.path().join(LEDGER);
+        let mut a = reserve(5, "127.0.0.1", &ledger).unwrap();
         a.close_sockets();
-        let b = reserve(50, "127.0.0.1", tmp.path()).unwrap();
+        let b = reserve(50, "127.0.0.1", &ledger).unwrap();
         for pa in &a.records {
             assert!(b.records.iter().all(|pb| pb.port != pa.port));
         }
         assert_eq!(a.records[0].var, "PORT");
         assert_eq!(a.records[2].var, "PORT_2");
+        // Given back, a's ports can be taken again, while b's still cannot.
         a.release();
-        assert!(std::fs::read_dir(tmp.path()).unwrap().count() == 50);
+        let file = open_ledger(&ledger).unwrap();
+        assert!(try_lock(&file, a.records[0].port).unwrap());
+        assert!(!try_lock(&file, b.records[0].port).unwrap());
     }
 }

@@ -353,7 +353,7 @@ fn prepare(
     m.inputs = fingerprint::copy_inputs(&args.inputs, &inputs)?;
     m.input_fingerprint = fingerprint::combine(&m.inputs);
 
-    *ports = ports::reserve(args.ports, &args.port_host, &root.join("store").join("ports"))?;
+    *ports = ports::reserve(args.ports, &args.port_host, &root.join("store").join(ports::LEDGER))?;
     m.ports = ports.records.clone();
 
     let prefix = workspace::prefix_for(&run.id);

@@ -48,3 +48,66 @@ print("ok", n)
 "#;
     env.run(&["run", "--listen", "--ports", "2", "--", "python3", "-c", script]).ok().stdout_has("ok 2");
 }
+
+/// Whether some live process holds byte `port` of the ledger, asked the way
+/// another runws asks (an open-file-description lock that fails at once).
+fn held(ledger: &std::path::Path, port: u16) -> bool {
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(ledger).unwrap();
+    // SAFETY: flock is a plain C struct for which all-zero is a valid value.
+    let mut range: nix::libc::flock = unsafe { std::mem::zeroed() };
+    range.l_type = nix::libc::F_WRLCK as i16;
+    range.l_whence = nix::libc::SEEK_SET as i16;
+    range.l_start = port as i64;
+    range.l_len = 1;
+    match nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_OFD_SETLK(&range)) {
+        Ok(_) => false,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => true,
+        Err(e) => panic!("probing the ledger: {e}"),
+    }
+}
+
+#[test]
+fn a_port_is_held_while_its_run_lives_and_freed_when_runws_dies() {
+    let env = Env::new();
+    let ledger = env.root.join("store/ports.ledger");
+    let live = |id: &str| {
+        let c = env.cmd(&["run", "--run-id", id, "--ports", "2", "--", "sleep", "30"]).spawn().unwrap();
+        let path = env.run_dir(id).join("manifest.json");
+        for _ in 0..500 {
+            if std::fs::read(&path).is_ok_and(|b| serde_json::from_slice::<serde_json::Value>(&b).is_ok()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let ports: Vec<u16> = env.manifest(id)["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].as_u64().unwrap() as u16)
+            .collect();
+        assert_eq!(ports.len(), 2);
+        for p in &ports {
+            assert!(held(&ledger, *p), "port {p} of live run {id} is not held in the ledger");
+        }
+        (c, ports)
+    };
+
+    // SIGKILLed runws: the kernel drops its locks with its last descriptor.
+    let (mut killed, ports) = live("killed");
+    let child = env.manifest("killed")["child"]["pgid"].as_i64().unwrap() as i32;
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    for p in &ports {
+        assert!(!held(&ledger, *p), "port {p} stayed held after its runws was killed");
+    }
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGKILL);
+
+    // A run that ends gives its ports back; the command never held them.
+    let (mut ended, ports) = live("ended");
+    let child = env.manifest("ended")["child"]["pgid"].as_i64().unwrap() as i32;
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(ended.wait().unwrap().code(), Some(143));
+    for p in &ports {
+        assert!(!held(&ledger, *p), "port {p} stayed held after its run ended");
+    }
+}
