@@ -7,6 +7,8 @@
 //! recorded its pid in the manifest, so the manifest never shows a running
 //! run without its process. An `execve` failure travels back through a
 //! close-on-exec pipe as an errno: ENOENT becomes 127, anything else 126.
+//! runws does not wait for the `execve`: it reads that pipe once the child
+//! has ended, and meanwhile does its own work on the other core.
 //!
 //! The parent blocks the signals it forwards and reads them from a signalfd,
 //! so one loop with one `poll` handles signals, the child's exit, the
@@ -304,33 +306,12 @@ impl Paused {
         self.pid
     }
 
-    /// Opens the gate and waits for `execve`. On failure the child is
-    /// reaped and the error says whether the program was missing (127) or
-    /// could not be executed (126).
-    pub fn start(self, program: &Path) -> Result<Pid> {
+    /// Opens the gate: the child goes on to `execve` while runws goes on
+    /// (whether the program could be started is known once the child ended,
+    /// see [`Started::exec_error`]).
+    pub fn open_gate(self, program: &Path) -> Result<Started> {
         nix::unistd::write(self.gate.as_fd(), &[1u8]).ctx("cannot start", program)?;
-        drop(self.gate);
-        let mut buf = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            match nix::unistd::read(self.errors.as_fd(), &mut buf[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(Error::io("cannot start", program, e.into())),
-            }
-        }
-        if got == 0 {
-            return Ok(self.pid);
-        }
-        let errno = i32::from_ne_bytes(buf);
-        let _ = waitpid(self.pid, None);
-        let source = std::io::Error::from_raw_os_error(errno);
-        if errno == libc::ENOENT {
-            Err(Error::CommandNotFound(program.display().to_string()))
-        } else {
-            Err(Error::CannotExecute { path: program.to_path_buf(), source })
-        }
+        Ok(Started { pid: self.pid, errors: self.errors })
     }
 
     /// Gives up on the child before it ran: closing the gate ends it.
@@ -338,6 +319,48 @@ impl Paused {
         let pid = self.pid;
         drop(self.gate);
         let _ = waitpid(pid, None);
+    }
+}
+
+/// A child past its gate: executing the program, or failing to.
+pub struct Started {
+    pid: Pid,
+    errors: OwnedFd,
+}
+
+impl Started {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Call once the child has ended: why its `execve` failed, if it did
+    /// (the child then ended without running the program). A missing
+    /// program is 127, anything else 126.
+    pub fn exec_error(self, program: &Path) -> Option<Error> {
+        // The only writer was the child, so this cannot block: the pipe
+        // holds an errno, or it was closed by the exec or by the exit.
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match nix::unistd::read(self.errors.as_fd(), &mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Some(Error::io("cannot start", program, e.into())),
+            }
+        }
+        if got < 4 {
+            return None;
+        }
+        let errno = i32::from_ne_bytes(buf);
+        if errno == libc::ENOENT {
+            Some(Error::CommandNotFound(program.display().to_string()))
+        } else {
+            Some(Error::CannotExecute {
+                path: program.to_path_buf(),
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        }
     }
 }
 

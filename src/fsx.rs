@@ -77,6 +77,59 @@ impl PendingSync {
     }
 }
 
+/// The temp file of one atomic write, made ahead of time by
+/// [`Dir::reserve`]. Removed when dropped unused.
+pub struct Reserved<'a> {
+    dir: &'a Dir,
+    name: String,
+    tmp: String,
+    file: Option<File>,
+    placed: bool,
+}
+
+impl Reserved<'_> {
+    /// Makes the (still empty) temp file and its directory entry durable
+    /// now, so the write that fills it later syncs only its own bytes. On
+    /// ext4 that also syncs each parent directory created since the last sync.
+    pub fn sync_entry(&self) -> Result<()> {
+        match &self.file {
+            Some(f) => f.sync_all().ctx("cannot sync", self.dir.join(&self.tmp)),
+            None => Ok(()),
+        }
+    }
+    /// Fills the temp file, syncs it and renames it over the name it was
+    /// reserved for; with `durable` the directory is synced too. On any
+    /// error the temp file is removed and the old file is left as it was.
+    pub fn replace_with<T>(
+        mut self,
+        durable: bool,
+        fill: impl FnOnce(&mut File) -> io::Result<T>,
+    ) -> Result<T> {
+        let path = self.dir.join(&self.name);
+        let mut file =
+            self.file.take().ok_or_else(|| Error::Other("a reserved file is written once".into()))?;
+        let value = fill(&mut file)
+            .and_then(|v| file.sync_all().map(|()| v))
+            .map_err(|e| Error::io("cannot write", &path, e))?;
+        drop(file);
+        renameat(self.dir.fd.as_fd(), self.tmp.as_str(), self.dir.fd.as_fd(), self.name.as_str())
+            .ctx("cannot replace", &path)?;
+        self.placed = true;
+        if durable {
+            self.dir.sync()?;
+        }
+        Ok(value)
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = unlinkat(self.dir.fd.as_fd(), self.tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+    }
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn is_symlink_errno(e: Errno) -> bool {
@@ -216,26 +269,28 @@ impl Dir {
         durable: bool,
         fill: impl FnOnce(&mut File) -> io::Result<T>,
     ) -> Result<T> {
-        let path = self.join(name);
-        let tmp = Self::temp_name(name);
-        let mut file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", &path)?;
-        let result = fill(&mut file).and_then(|v| file.sync_all().map(|()| v));
-        drop(file);
-        let value = match result {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-                return Err(Error::io("cannot write", path, e));
-            }
-        };
-        if let Err(e) = renameat(self.fd.as_fd(), tmp.as_str(), self.fd.as_fd(), name) {
-            let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(Error::io("cannot replace", path, e.into()));
-        }
-        if durable {
-            self.sync()?;
-        }
-        Ok(value)
+        self.reserve(name, mode)?.replace_with(durable, fill)
+    }
+
+    /// Creates, now, the temp file of one later atomic write of `name`:
+    /// the inode and its directory entry are paid for while there is time,
+    /// leaving only write, sync and rename for when the bytes are known.
+    pub fn reserve(&self, name: &str, mode: u32) -> Result<Reserved<'_>> {
+        let (tmp, file) = self.create_temp(name, mode)?;
+        Ok(Reserved { dir: self, name: name.to_string(), tmp, file: Some(file), placed: false })
+    }
+
+    /// [`Dir::reserve`] with a known temp name, created exclusively: one a
+    /// cleanup can remove by that exact name if the writer died.
+    pub fn reserve_named(&self, name: &str, tmp: &str, mode: u32) -> Result<Reserved<'_>> {
+        let file = self.create_new(tmp, mode).ctx("cannot create a temp file beside", self.join(name))?;
+        Ok(Reserved {
+            dir: self,
+            name: name.to_string(),
+            tmp: tmp.to_string(),
+            file: Some(file),
+            placed: false,
+        })
     }
 
     /// Writes `name` atomically but without waiting for the disk: the temp

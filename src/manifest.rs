@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
-use crate::fsx::Dir;
-use crate::workspace::MANIFEST;
+use crate::fsx::{Dir, Reserved};
+use crate::workspace::{FINAL_TEMP, MANIFEST};
 
 /// The manifest schema this runws writes.
 pub const SCHEMA: u32 = 1;
@@ -286,5 +286,28 @@ pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) ->
     let mut m = read(dir)?;
     let value = change(&mut m)?;
     write(dir, &m, durable)?;
+    Ok(value)
+}
+
+/// Creates and syncs now the temp file of a later [`update_reserved`], so
+/// that when the update comes (a run's final record) only its bytes remain
+/// to write and sync.
+pub fn reserve(dir: &Dir) -> Result<Reserved<'_>> {
+    let slot = dir.reserve_named(MANIFEST, FINAL_TEMP, 0o644)?;
+    slot.sync_entry()?;
+    Ok(slot)
+}
+
+/// [`update`], durable, through a temp file made by [`reserve`].
+pub fn update_reserved<T>(
+    dir: &Dir,
+    slot: Reserved<'_>,
+    change: impl FnOnce(&mut Manifest) -> Result<T>,
+) -> Result<T> {
+    let _lock = dir.lock()?;
+    let mut m = read(dir)?;
+    let value = change(&mut m)?;
+    let bytes = m.to_json();
+    slot.replace_with(true, |f| std::io::Write::write_all(f, &bytes))?;
     Ok(value)
 }

@@ -263,6 +263,11 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
     if !removed.is_empty() {
         steps.push(format!("removed scratch {}", removed.join(", ")));
     }
+    // The final record's temp file of a runws that never finished.
+    if let Err(e) = run.dir.unlink(workspace::FINAL_TEMP) {
+        ok = false;
+        steps.push(format!("cannot remove {}: {e}", workspace::FINAL_TEMP));
+    }
     (steps, ok)
 }
 

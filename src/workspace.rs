@@ -17,6 +17,10 @@ pub const EVIDENCE: [&str; 4] = ["inputs", "outputs", "work", "logs"];
 /// Scratch: the child's private home, temp, caches, runtime dir and tools.
 pub const SCRATCH: [&str; 5] = ["home", "tmp", "cache", "run", "bin"];
 pub const MANIFEST: &str = "manifest.json";
+/// The temp file runws makes for the run's final record while the command
+/// runs; it becomes `manifest.json` when the command ends. Left behind only
+/// by a runws that was killed, and then removed by the reaper.
+pub const FINAL_TEMP: &str = ".manifest.json.final";
 pub const MAX_RUN_ID: usize = 128;
 
 /// Checks a run id against `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.

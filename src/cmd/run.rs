@@ -22,6 +22,7 @@ use crate::envbuild::{self, Grant, RunPaths};
 use crate::error::{Error, IoContext};
 use crate::exit;
 use crate::fingerprint;
+use crate::fsx::Reserved;
 use crate::manifest::{self, ChildRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
@@ -225,9 +226,14 @@ fn run_in(
         broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
     }
     // --- end sandbox
-    if let Err(e) = paused.start(&program) {
-        return Ok(not_started(&run, e));
-    }
+    let started = match paused.open_gate(&program) {
+        Ok(s) => s,
+        Err(e) => return Ok(not_started(&run, e, None)),
+    };
+    // While the command starts on another core: the temp file of the final
+    // record, made durable now, so that only its bytes remain to write when
+    // the command ends. Without it the final record is written as any other.
+    let final_slot = manifest::reserve(&run.dir).ok();
     // --- sandbox: the init reports a refused setup, or each protection
     // `--sandbox=try` went without, before the command runs.
     if let Some(setup) = isolated.as_mut() {
@@ -244,7 +250,7 @@ fn run_in(
             Ok(_) => {}
             Err(e) => {
                 let _ = nix::sys::wait::waitpid(pid, None);
-                return Ok(not_started(&run, e));
+                return Ok(not_started(&run, e, final_slot));
             }
         }
     }
@@ -300,13 +306,17 @@ fn run_in(
         tees.join(Duration::from_secs(2));
     }
     let outcome = outcome?;
+    if let Some(e) = started.exec_error(&program) {
+        return Ok(not_started(&run, e, final_slot));
+    }
     let code = exit_code(&outcome);
     // --- sandbox: record and show what an audit found.
     if let Some(setup) = isolated.as_ref() {
         setup.finish(&run)?;
     }
     // --- end sandbox
-    finish(&run, outcome, None).with_context(|| format!("cannot record the end of run `{id}`"))?;
+    finish(&run, outcome, None, final_slot)
+        .with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
     drop(lease);
     if args.seal {
@@ -496,20 +506,21 @@ fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8>
 
 /// Records and reports a command that could not be started (126, 127, or
 /// 125 for a refused sandbox); returns its exit code.
-fn not_started(run: &RunDir, e: Error) -> u8 {
+fn not_started(run: &RunDir, e: Error, slot: Option<Reserved<'_>>) -> u8 {
     let code = e.exit_code();
     let msg = e.to_string();
     let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, outcome, Some(msg.clone())) {
+    if let Err(w) = finish(run, outcome, Some(msg.clone()), slot) {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     eprintln!("runws: {msg}");
     code
 }
 
-/// Records how the command ended, unless the run was taken over meanwhile.
-fn finish(run: &RunDir, o: Outcome, error: Option<String>) -> Result<(), Error> {
-    manifest::update(&run.dir, true, |m| {
+/// Records how the command ended, unless the run was taken over meanwhile;
+/// through `slot` when the final record's temp file was made in advance.
+fn finish(run: &RunDir, o: Outcome, error: Option<String>, slot: Option<Reserved<'_>>) -> Result<(), Error> {
+    let change = |m: &mut Manifest| {
         if m.status != Status::Running {
             return Err(Error::TakenOver { run: run.id.clone(), status: m.status.as_str() });
         }
@@ -529,7 +540,11 @@ fn finish(run: &RunDir, o: Outcome, error: Option<String>) -> Result<(), Error> 
         m.lease_until = now.clone();
         m.finished_at = Some(now);
         Ok(())
-    })
+    };
+    match slot {
+        Some(slot) => manifest::update_reserved(&run.dir, slot, change),
+        None => manifest::update(&run.dir, true, change),
+    }
 }
 
 /// True when runws owns the terminal on stdin: the command is then made the

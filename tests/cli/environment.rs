@@ -67,10 +67,16 @@ fn the_environment_is_exactly_the_documented_set() {
         m["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_string()).collect();
     assert_eq!(recorded, want);
     assert!(m["env"].as_array().unwrap().iter().all(|e| e["granted"] == false));
-    // The run directory layout.
+    // The run directory layout: exactly the ten entries, no temp file left.
     for d in ["inputs", "outputs", "work", "logs", "home", "tmp", "cache", "run", "bin"] {
         assert!(env.run_dir("e").join(d).is_dir(), "{d} missing");
     }
+    let entries: BTreeSet<String> = std::fs::read_dir(env.run_dir("e"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let layout = ["bin", "cache", "home", "inputs", "logs", "manifest.json", "outputs", "run", "tmp", "work"];
+    assert_eq!(entries, layout.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(env.run_dir("e").join("run")).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);

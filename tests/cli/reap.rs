@@ -47,6 +47,8 @@ fn a_run_whose_runws_was_killed_is_reaped_after_its_lease_expires() {
     let child: i32 = std::fs::read_to_string(dir.join("work/child.pid")).unwrap().trim().parse().unwrap();
     let other: i32 = std::fs::read_to_string(dir.join("work/other.pid")).unwrap().trim().parse().unwrap();
     assert!(alive(child) && alive(other));
+    // The final record's temp file, made while the command ran, is left.
+    assert!(dir.join(".manifest.json.final").is_file());
     // While the lease is valid, nothing happens.
     let out = env.run(&["reap", "--json"]);
     out.ok();
@@ -64,6 +66,7 @@ fn a_run_whose_runws_was_killed_is_reaped_after_its_lease_expires() {
     for e in ["manifest.json", "inputs", "outputs", "work", "logs"] {
         assert!(dir.join(e).exists(), "{e} was removed");
     }
+    assert!(!dir.join(".manifest.json.final").exists(), "the dead runws's temp file was kept");
     assert_eq!(std::fs::read(dir.join("outputs/result.dead")).unwrap(), b"kept");
     let m = env.manifest("dead");
     assert_eq!(m["status"], "abandoned");
