@@ -1,4 +1,18 @@
-# Shared by the benchmark scripts: `ratio FILE REF` prints each command's
+# Shared by the benchmark scripts.
+
+# `built ARGS` runs `cargo build --release ARGS` and prints the path of each
+# executable it produced (where depends on the configured build target).
+built() {
+  cargo build --quiet --release --locked --message-format=json-render-diagnostics "$@" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])
+'
+}
+
+# `ratio FILE REF` prints each command's
 # median from a hyperfine JSON export and its ratio to the REF-th command.
 ratio() {
   python3 - "$@" <<'PY'

@@ -11,8 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section=${1:-all}
-cargo build --release --locked >/dev/null
-BIN=$PWD/target/release/runws
 RESULTS=$PWD/bench/results
 mkdir -p "$RESULTS"
 # The root lives on the same file system as the repository (not tmpfs), so
@@ -21,6 +19,7 @@ WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 . bench/lib.sh
+BIN=$(built --bin runws)
 
 machine() {
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), fs $(df -T "$WORK" | awk 'NR==2 {print $2}')"
@@ -177,8 +176,8 @@ seal() {
 lease() {
   echo "== lease: acquire+release round trips per second (5 s each)"
   machine
-  cargo build --release --locked --example store_bench >/dev/null
-  local eb=$PWD/target/release/examples/store_bench
+  local eb
+  eb=$(built --example store_bench | grep '/store_bench$')
   local urls=("file:$WORK/store")
   if [ -n "${RUNWS_TEST_PG_URL:-}" ]; then urls+=("$RUNWS_TEST_PG_URL"); else echo "  (RUNWS_TEST_PG_URL not set: PostgreSQL skipped; see ci/postgres.sh)"; fi
   for url in "${urls[@]}"; do

@@ -13,8 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 section=${1:-all}
-cargo build --release --locked >/dev/null
-BIN=$PWD/target/release/runws
 RESULTS=$PWD/bench/results
 mkdir -p "$RESULTS"
 WORK=$(mktemp -d "$PWD/bench/.work.XXXXXX")
@@ -22,6 +20,7 @@ SHM=$(mktemp -d /dev/shm/runws-bench.XXXXXX)
 trap 'rm -rf "$WORK" "$SHM"' EXIT
 
 . bench/lib.sh
+BIN=$(built --bin runws)
 
 machine() {
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), user $(id -un)"
