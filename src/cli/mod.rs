@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod fast;
 mod lane;
 pub use lane::LaneCommand;
 

@@ -21,11 +21,17 @@ use crate::exit;
 pub fn main() -> u8 {
     // The sandbox init (runws re-executed by itself) skips the command-line
     // parser: it sits on the start-up path of every sandboxed run.
-    let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == crate::sandbox::INIT_COMMAND) {
-        return crate::sandbox::init::main_from_args(args.collect());
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == crate::sandbox::INIT_COMMAND) {
+        return crate::sandbox::init::main_from_args(args[2..].to_vec());
     }
-    let cli = match Cli::try_parse() {
+    // A plain `runws run` line skips building clap's parser, on the start-up
+    // path of every job; every other line, and every usage error, is clap's.
+    let parsed = match crate::cli::fast::parse_run(&args, |name| std::env::var_os(name)) {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse_from(&args),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version.
