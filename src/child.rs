@@ -106,6 +106,19 @@ pub struct Spec {
     /// is cleared in the child only). Each must be >= 64 (see [`high_fd`]),
     /// so placing the listening sockets at 3, 4, ... cannot overwrite it.
     pub keep: Vec<OwnedFd>,
+    /// Run this in the forked child instead of executing `program`, when
+    /// runws has a single thread at the fork (so the child may allocate and
+    /// lock like any process); its result is the child's exit code. It
+    /// receives no environment of its own: what it passes on, it captured.
+    /// Saves an exec of runws for the sandbox's init.
+    pub in_process: Option<Box<dyn FnOnce() -> u8>>,
+}
+
+/// True when this process has one thread (procfs counts each thread as a
+/// link of /proc/self/task, plus two).
+fn single_threaded() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/task").is_ok_and(|m| m.nlink() == 3)
 }
 
 /// A forked child waiting at its gate.
@@ -173,10 +186,11 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let (out_raw, errfd_raw) =
         (stdout.as_ref().map(|f| f.as_raw_fd()), stderr.as_ref().map(|f| f.as_raw_fd()));
     let foreground = spec.foreground;
+    let in_process = spec.in_process.filter(|_| single_threaded());
     let keep = spec.keep;
     let keep_raw: Vec<RawFd> = keep.iter().map(|f| f.as_raw_fd()).collect();
 
-    // SAFETY: after fork the child calls only async-signal-safe functions (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask, execve, write, _exit) on memory prepared above; it never allocates or locks.
+    // SAFETY: after fork the child calls only async-signal-safe functions (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask, execve, write, _exit) on memory prepared above, except `in_process`, which is kept only when this process has a single thread, so no lock can be held by a thread the child lacks.
     match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
         nix::unistd::ForkResult::Child => {
             // SAFETY: see above; every pointer refers to memory owned by this (copied) address space and valid until execve.
@@ -198,6 +212,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
                         Some(listen_pid_ptr.add(pid_offset))
                     },
                     foreground,
+                    in_process,
                 })
             }
         }
@@ -224,6 +239,7 @@ struct ChildFds<'a> {
     keep: &'a [RawFd],
     listen_pid: Option<*mut u8>,
     foreground: bool,
+    in_process: Option<Box<dyn FnOnce() -> u8>>,
 }
 
 /// Runs in the forked child. Never returns.
@@ -296,8 +312,36 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        if let Some(run) = c.in_process {
+            // No exec closes runws's close-on-exec descriptors: close them
+            // here, so the child holds exactly what an exec would have kept.
+            close_on_exec_now();
+            libc::_exit(run() as i32);
+        }
         libc::execve(c.program, c.argv, c.envp);
         fail(*libc::__errno_location())
+    }
+}
+
+/// Closes every descriptor marked close-on-exec, as an exec would.
+///
+/// # Safety
+/// Descriptors owned elsewhere in this process become invalid: call it only
+/// in a forked child that will not use them.
+unsafe fn close_on_exec_now() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    // Collected first: the listing's own descriptor closes with it.
+    let fds: Vec<RawFd> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds {
+        // SAFETY: see the function's contract; F_GETFD on a closed descriptor just fails.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if fd > 2 && flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
+                libc::close(fd);
+            }
+        }
     }
 }
 

@@ -466,6 +466,7 @@ fn prepare(
         stderr,
         foreground: foreground(),
         keep: Vec::new(),
+        in_process: None,
     };
     // --- sandbox: the child executes the sandbox init, which runs the command.
     let isolated = match isolation {

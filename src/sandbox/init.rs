@@ -73,9 +73,17 @@ fn block_forwarded() {
     let _ = nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&set), None);
 }
 
+/// What the init needs: its status pipe, the plan, and the command with
+/// the environment built for it (never the init's own).
+pub struct Start {
+    pub status: OwnedFd,
+    pub plan: Plan,
+    pub command: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+}
+
 /// The listening sockets runws placed at 3, 4, ...: only the command keeps them.
-fn close_listen_fds() {
-    let n: i32 = std::env::var("LISTEN_FDS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+fn close_listen_fds(n: i32) {
     for fd in 3..3 + n.clamp(0, 1024) {
         // SAFETY: closing descriptors this process inherited for the command; nothing in this process uses them.
         unsafe {
@@ -102,7 +110,6 @@ pub fn main_from_args(args: Vec<OsString>) -> u8 {
 }
 
 fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
-    block_forwarded();
     if status_fd < 3 || plan_fd < 3 || status_fd == plan_fd {
         eprintln!("runws: sandbox: invalid descriptors {status_fd}, {plan_fd}");
         return exit::FAILURE;
@@ -125,14 +132,40 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
             return exit::FAILURE;
         }
     };
-    status.try_mode = plan.try_mode;
-    match outer(&plan, status, command) {
+    // Executed by runws, this process was given the command's environment.
+    let env = std::env::vars_os().collect();
+    run(Start { status: status.file.into(), plan, command, env })
+}
+
+/// The init proper, entered from [`main`] after an exec, or directly in the
+/// child runws forked (see [`crate::child::Spec::in_process`]); returns the
+/// exit code of the outer init.
+pub fn run(start: Start) -> u8 {
+    block_forwarded();
+    // The command must not inherit the status pipe.
+    let _ = nix::fcntl::fcntl(&start.status, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    let status = Status { file: std::fs::File::from(start.status), try_mode: start.plan.try_mode };
+    let listen_fds = start
+        .env
+        .iter()
+        .find(|(k, _)| k == "LISTEN_FDS")
+        .and_then(|(_, v)| v.to_str()?.parse().ok())
+        .unwrap_or(0);
+    let job = Job { listen_fds, command: start.command, env: start.env };
+    match outer(&start.plan, status, job) {
         Ok(code) => code,
         Err((mut status, refused)) => {
             status.send(&Report::Failed(refused.to_string()));
             exit::FAILURE
         }
     }
+}
+
+/// The command to run and its environment.
+struct Job {
+    listen_fds: i32,
+    command: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
 }
 
 /// Which namespaces were entered.
@@ -142,7 +175,7 @@ struct Entered {
     net: bool,
 }
 
-fn outer(plan: &Plan, mut status: Status, command: Vec<OsString>) -> Result<u8, (Status, Refused)> {
+fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refused)> {
     macro_rules! step {
         ($e:expr) => {
             match status.attempt($e) {
@@ -182,11 +215,11 @@ fn outer(plan: &Plan, mut status: Status, command: Vec<OsString>) -> Result<u8, 
         Err(e) => Err((status, Refused::new("PID namespace", format!("fork: {e}")))),
         Ok(ForkResult::Child) => {
             drop(report_r);
-            Ok(pid1(plan, status, report_w, &entered, me, command))
+            Ok(pid1(plan, status, report_w, &entered, me, job))
         }
         Ok(ForkResult::Parent { child }) => {
             drop((report_w, status));
-            close_listen_fds();
+            close_listen_fds(job.listen_fds);
             Ok(relay(child.as_raw(), report_r))
         }
     }
@@ -238,14 +271,7 @@ fn die_by(sig: i32) -> u8 {
 }
 
 /// PID 1 of the new namespace.
-fn pid1(
-    plan: &Plan,
-    mut status: Status,
-    report: OwnedFd,
-    entered: &Entered,
-    parent: i32,
-    command: Vec<OsString>,
-) -> u8 {
+fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, parent: i32, job: Job) -> u8 {
     let setup = (|| -> Result<Option<audit::Staged>, Refused> {
         // Seen from a new PID namespace, the parent (outside it) is pid 0.
         let parent = if entered.pid { 0 } else { parent };
@@ -268,6 +294,7 @@ fn pid1(
         };
         Ok(staged)
     })();
+    let listen_fds = job.listen_fds;
     let staged = match setup {
         Ok(s) => s,
         Err(r) => {
@@ -277,7 +304,7 @@ fn pid1(
     };
     // SAFETY: single-threaded process; see `outer`.
     let child = match unsafe { nix::unistd::fork() } {
-        Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), command),
+        Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), job),
         Ok(ForkResult::Parent { child }) => child.as_raw(),
         Err(e) => {
             status.send(&Report::Failed(format!("cannot fork the command: {e}")));
@@ -285,7 +312,7 @@ fn pid1(
         }
     };
     drop(status);
-    close_listen_fds();
+    close_listen_fds(listen_fds);
     let mut command_status = None;
     while command_status.is_none() {
         match wait_raw(-1) {
@@ -316,7 +343,7 @@ fn cstr(bytes: &[u8]) -> Option<CString> {
 }
 
 /// The command's process (PID 2). Never returns.
-fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, command: Vec<OsString>) -> ! {
+fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job) -> ! {
     let fail = |status: &mut Status, r: Report| -> ! {
         let code = if matches!(r, Report::ExecFailed(_)) { exit::NOT_FOUND } else { exit::FAILURE };
         status.send(&r);
@@ -349,7 +376,7 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, command:
     }
     let me = nix::unistd::getpid().as_raw().to_string();
     let mut env: Vec<CString> = Vec::new();
-    for (k, v) in std::env::vars_os() {
+    for (k, v) in job.env {
         let value = if k == "LISTEN_PID" { OsString::from(&me) } else { v };
         let mut kv = k.as_bytes().to_vec();
         kv.push(b'=');
@@ -358,7 +385,7 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, command:
             env.push(c);
         }
     }
-    let argv: Vec<CString> = command.iter().filter_map(|a| cstr(a.as_bytes())).collect();
+    let argv: Vec<CString> = job.command.iter().filter_map(|a| cstr(a.as_bytes())).collect();
     let Some(program) = cstr(plan.program.as_os_str().as_bytes()) else {
         fail(&mut status, Report::ExecFailed(libc::ENOENT));
     };

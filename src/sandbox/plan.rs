@@ -20,7 +20,8 @@
 //! exist and is resolved (symlinks followed) before the fork, so a typo is
 //! refused with exit 125 instead of silently protecting nothing.
 
-use std::os::fd::AsRawFd;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{self, Spec};
@@ -314,8 +315,31 @@ pub fn prepare(
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
     let status_w = child::high_fd(status_w)?;
     let plan_fd = child::high_fd(plan_file(&plan)?)?;
+    // The init runs in the forked child itself when it can (no exec of
+    // runws), or else as `runws __sandbox-init` reading the plan from its fd.
+    // Not with a user namespace: the forked child is a copy of runws, which
+    // stays non-dumpable so that nobody reads the secrets of its memory and
+    // environment; a non-dumpable process cannot write its own uid_map.
+    let mut env: Vec<(OsString, OsString)> =
+        spec.env.iter().map(|(k, v)| (OsString::from(k), v.clone())).collect();
+    if !spec.listen.is_empty() {
+        // Set to the command's own pid by the init, as LISTEN_PID must be.
+        env.push(("LISTEN_PID".into(), OsString::new()));
+    }
+    let (status_raw, plan_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd());
+    let (command, init_plan) = (spec.argv.clone(), plan.clone());
+    spec.in_process = (uid == 0).then(|| -> Box<dyn FnOnce() -> u8> {
+        Box::new(move || {
+            // SAFETY: in the forked child, these two descriptors are ours alone: the plan's copy is not needed, the status pipe is handed to the init.
+            let status = unsafe {
+                nix::libc::close(plan_raw);
+                OwnedFd::from_raw_fd(status_raw)
+            };
+            super::init::run(super::init::Start { status, plan: init_plan, command, env })
+        })
+    });
     let original_program = std::mem::replace(&mut spec.program, exe.clone());
-    spec.argv = init_argv(&exe, status_w.as_raw_fd(), plan_fd.as_raw_fd(), &spec.argv);
+    spec.argv = init_argv(&exe, status_raw, plan_raw, &spec.argv);
     spec.keep.push(status_w);
     spec.keep.push(plan_fd);
 
