@@ -95,17 +95,18 @@ pub fn reserve(n: u16, host: &str, ledger: &Path) -> Result<Ports> {
 }
 
 fn open_ledger(path: &Path) -> Result<File> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).ctx("cannot create the port ledger's directory", dir)?;
-    }
     // Close-on-exec (the std default): the command never holds the locks.
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .ctx("cannot open the port ledger", path)
+    let open = || std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path);
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).ctx("cannot create the port ledger's directory", dir)?;
+            }
+            open()
+        }
+        other => other,
+    }
+    .ctx("cannot open the port ledger", path)
 }
 
 /// Takes the lock on byte `port` of the ledger without waiting; false when a

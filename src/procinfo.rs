@@ -14,8 +14,23 @@ pub struct ProcStat {
 
 /// Reads `/proc/<pid>/stat`; `None` when the process is gone.
 pub fn stat(pid: i32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
+    // One read of a buffer that holds any stat line (procfs gives a line in
+    // one piece); the standard reader grows its buffer over six reads.
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    loop {
+        match std::io::Read::read(&mut file, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+        if len == buf.len() {
+            return None;
+        }
+    }
+    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
 fn parse_stat(text: &str) -> Option<ProcStat> {

@@ -83,12 +83,15 @@ pub fn resolve_root(flag: Option<&Path>) -> Result<PathBuf> {
 
 /// ROOT/runs, created on first use.
 pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
-    if create {
-        let runs = root.join("runs");
-        std::fs::create_dir_all(&runs).ctx("cannot create", &runs)?;
-    }
     let runs = root.join("runs");
-    match Dir::open(&runs) {
+    let opened = Dir::open(&runs);
+    if create
+        && matches!(&opened, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
+    {
+        std::fs::create_dir_all(&runs).ctx("cannot create", &runs)?;
+        return Dir::open(&runs);
+    }
+    match opened {
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             Err(Error::Other(format!("no runs under `{}`", root.display())))
         }
