@@ -221,15 +221,16 @@ fn run_in(
         // The command binds these ports itself; the ledger still holds them.
         ports.close_sockets();
     }
-    // --- sandbox: guard calls from inside reach runws over the run's socket.
-    if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
-        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
-    }
-    // --- end sandbox
     let started = match paused.open_gate(&program) {
         Ok(s) => s,
         Err(e) => return Ok(not_started(&run, e, None)),
     };
+    // --- sandbox: guard calls from inside reach runws over the run's socket
+    // (listening already: a call made before this thread runs waits for it).
+    if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
+    }
+    // --- end sandbox
     // While the command starts on another core: the temp file of the final
     // record, made durable now, so that only its bytes remain to write when
     // the command ends. Without it the final record is written as any other.

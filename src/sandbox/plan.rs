@@ -91,10 +91,22 @@ fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
     Ok(c)
 }
 
+/// The home directory of `uid` in /etc/passwd. Name services beyond the
+/// file are not asked: runws is linked statically, and glibc's name-service
+/// modules are loaded at run time. A home that only a directory service
+/// knows is hidden when it is also `$HOME`, as it usually is.
+fn passwd_home(uid: u32) -> Option<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 7 && f[2].parse() == Ok(uid)).then(|| PathBuf::from(f[5]))
+    })
+}
+
 fn homes(uid: u32) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-        out.push(user.dir);
+    if let Some(home) = passwd_home(uid) {
+        out.push(home);
     }
     if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         out.push(PathBuf::from(h));
@@ -375,4 +387,18 @@ pub fn prepare(
         program: original_program,
         json: opts.json,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A home is the sixth field of the first line naming the uid.
+    #[test]
+    fn passwd_home_reads_the_first_entry_of_the_uid() {
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let root = passwd.lines().find(|l| l.split(':').nth(2) == Some("0")).unwrap();
+        assert_eq!(passwd_home(0), Some(PathBuf::from(root.split(':').nth(5).unwrap())));
+        assert_eq!(passwd_home(4_000_000_123), None);
+    }
 }
