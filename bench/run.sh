@@ -34,6 +34,8 @@ startup() {
   fi
   hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup.json" "${cmds[@]}" >/dev/null
   ratio "$RESULTS/startup.json" 0
+  echo "  the same, interleaved:"
+  python3 bench/interleave.py 500 "${cmds[@]}"
   if [ -d /dev/shm ]; then
     echo "  the same with the root on tmpfs (no disk latency in the manifest's fsyncs):"
     local shm
@@ -41,6 +43,7 @@ startup() {
     hyperfine -N --warmup 30 --runs 500 --export-json "$RESULTS/startup-tmpfs.json" \
       "env -i /bin/true" "$BIN run --root $shm/root --ports 1 -- /bin/true" >/dev/null
     ratio "$RESULTS/startup-tmpfs.json" 0
+    python3 bench/interleave.py 500 "env -i /bin/true" "$BIN run --root $shm/root --ports 1 -- /bin/true"
     rm -rf "$shm"
   fi
 }

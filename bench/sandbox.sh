@@ -38,6 +38,7 @@ sandbox() {
       "$BWRAP" \
       "$BIN run --root $root --ports 1 --sandbox --net none -- /bin/true" >/dev/null
     ratio "$RESULTS/sandbox-$where.json" 0
+    python3 bench/interleave.py 300 "$BWRAP" "$BIN run --root $root --ports 1 --sandbox --net none -- /bin/true"
   done
 }
 
@@ -51,6 +52,8 @@ audit() {
       "$BIN run --root $root --ports 1 -- /bin/true" \
       "$BIN audit --root $root --ports 1 -- /bin/true" >/dev/null 2>&1
     ratio "$RESULTS/audit-$where.json" 0
+    python3 bench/interleave.py 200 "$BIN run --root $root --ports 1 -- /bin/true" \
+      "$BIN audit --root $root --ports 1 -- /bin/true"
   done
 }
 
