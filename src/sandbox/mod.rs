@@ -3,10 +3,15 @@
 //!
 //! How a sandboxed run starts. runws prepares the run as usual, then forks
 //! its child exactly as for a plain run (process group, start gate, manifest
-//! written before anything runs), but the child executes runws itself as the
-//! hidden `__sandbox-init` with the [`Plan`] in its arguments. That init is a
-//! plain single-threaded process, so namespaces and mounts are set up with
-//! ordinary code instead of async-signal-safe code between fork and exec:
+//! written before anything runs). Past the gate the child becomes the init:
+//! as root, and when runws had a single thread at the fork, it runs the init
+//! directly (after closing every close-on-exec descriptor, as an exec would,
+//! and staying non-dumpable, as runws is); otherwise it executes runws itself
+//! as the hidden `__sandbox-init` with the [`Plan`] on a descriptor (a user
+//! namespace needs that fresh, dumpable process to write its own uid map).
+//! Either way the init is a single-threaded process, so namespaces and
+//! mounts are set up with ordinary code instead of async-signal-safe code
+//! between fork and exec:
 //!
 //! ```text
 //! runws ─fork─> init (outer) ─unshare user, mount, pid, net, ipc─
