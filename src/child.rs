@@ -112,6 +112,38 @@ pub struct Spec {
     /// receives no environment of its own: what it passes on, it captured.
     /// Saves an exec of runws for the sandbox's init.
     pub in_process: Option<Box<dyn FnOnce() -> u8>>,
+    /// Descriptors only `in_process` uses: kept open for it, and closed
+    /// (being close-on-exec) when the child executes `program` instead.
+    pub in_process_keep: Vec<OwnedFd>,
+    /// With `in_process`: fork the child as PID 1 of a new PID namespace
+    /// when the kernel allows it (root), so that it needs no fork of its own
+    /// to get there. Without that permission the child is forked as usual.
+    pub pid_namespace: bool,
+}
+
+/// runws's own PID namespace, left for one fork by [`PidNamespaceForChildren::enter`]
+/// and entered again when dropped, so that runws's later threads and
+/// children are its own again.
+struct PidNamespaceForChildren {
+    own: OwnedFd,
+}
+
+impl PidNamespaceForChildren {
+    /// Makes the next child PID 1 of a new PID namespace; `None` when the
+    /// kernel refuses (the next child is then forked as usual).
+    fn enter() -> Option<PidNamespaceForChildren> {
+        let own = std::fs::File::open("/proc/self/ns/pid").ok()?;
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID).ok()?;
+        Some(PidNamespaceForChildren { own: own.into() })
+    }
+}
+
+impl Drop for PidNamespaceForChildren {
+    fn drop(&mut self) {
+        // Our own namespace: root may always enter it again. If it could
+        // not, every later fork and thread would fail, loudly.
+        let _ = nix::sched::setns(&self.own, nix::sched::CloneFlags::CLONE_NEWPID);
+    }
 }
 
 /// True when this process has one thread (procfs counts each thread as a
@@ -188,6 +220,10 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let foreground = spec.foreground;
     let in_process = spec.in_process.filter(|_| single_threaded());
     let keep = spec.keep;
+    let in_process_keep = spec.in_process_keep;
+    let in_process_keep_raw: Vec<RawFd> = in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
+    let pid_namespace =
+        if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
     let keep_raw: Vec<RawFd> = keep.iter().map(|f| f.as_raw_fd()).collect();
 
     // SAFETY: after fork the child calls only async-signal-safe functions (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask, execve, write, _exit) on memory prepared above, except `in_process`, which is kept only when this process has a single thread, so no lock can be held by a thread the child lacks.
@@ -213,14 +249,16 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
                     },
                     foreground,
                     in_process,
+                    in_process_keep: &in_process_keep_raw,
                 })
             }
         }
         nix::unistd::ForkResult::Parent { child } => {
+            drop(pid_namespace);
             // Also set the group from this side, so a signal forwarded before
             // the child ran its first instruction still reaches the group.
             let _ = nix::unistd::setpgid(child, child);
-            drop((gate_r, err_w, stdout, stderr, listen, keep));
+            drop((gate_r, err_w, stdout, stderr, listen, keep, in_process_keep));
             Ok(Paused { pid: child, gate: gate_w, errors: err_r })
         }
     }
@@ -240,6 +278,7 @@ struct ChildFds<'a> {
     listen_pid: Option<*mut u8>,
     foreground: bool,
     in_process: Option<Box<dyn FnOnce() -> u8>>,
+    in_process_keep: &'a [RawFd],
 }
 
 /// Runs in the forked child. Never returns.
@@ -297,6 +336,11 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
         if libc::chdir(c.cwd) < 0 {
             fail(*libc::__errno_location());
         }
+        if c.in_process.is_some() {
+            // The init dies with runws; set before the gate, so that a runws
+            // gone earlier is seen as the gate's end of file.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        }
         let mut byte = 0u8;
         loop {
             let n = libc::read(c.gate, &mut byte as *mut u8 as *mut libc::c_void, 1);
@@ -314,7 +358,11 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         if let Some(run) = c.in_process {
             // No exec closes runws's close-on-exec descriptors: close them
-            // here, so the child holds exactly what an exec would have kept.
+            // here, so the child holds exactly what an exec would have kept
+            // (and what the init alone needs).
+            for fd in c.in_process_keep {
+                libc::fcntl(*fd, libc::F_SETFD, 0);
+            }
             close_on_exec_now();
             libc::_exit(run() as i32);
         }
@@ -414,6 +462,17 @@ pub struct Outcome {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
+}
+
+impl Outcome {
+    /// From a raw wait status, as `waitpid` gives it.
+    pub fn from_wait_status(raw: i32, timed_out: bool) -> Outcome {
+        if libc::WIFSIGNALED(raw) {
+            Outcome { exit_code: None, signal: Some(libc::WTERMSIG(raw)), timed_out }
+        } else {
+            Outcome { exit_code: Some(libc::WEXITSTATUS(raw)), signal: None, timed_out }
+        }
+    }
 }
 
 /// What the watch loop needs besides the child.

@@ -306,10 +306,15 @@ fn run_in(
     if let Some(tees) = tees {
         tees.join(Duration::from_secs(2));
     }
-    let outcome = outcome?;
+    let mut outcome = outcome?;
     if let Some(e) = started.exec_error(&program) {
         return Ok(not_started(&run, e, final_slot));
     }
+    // --- sandbox: a child that was the sandbox's PID 1 reports the command's status.
+    if let Some(raw) = isolated.as_mut().and_then(|s| s.command_status()) {
+        outcome = Outcome::from_wait_status(raw, outcome.timed_out);
+    }
+    // --- end sandbox
     let code = exit_code(&outcome);
     // --- sandbox: record and show what an audit found.
     if let Some(setup) = isolated.as_ref() {
@@ -468,6 +473,8 @@ fn prepare(
         foreground: foreground(),
         keep: Vec::new(),
         in_process: None,
+        in_process_keep: Vec::new(),
+        pid_namespace: false,
     };
     // --- sandbox: the child executes the sandbox init, which runs the command.
     let isolated = match isolation {

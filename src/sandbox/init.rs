@@ -80,6 +80,9 @@ pub struct Start {
     pub plan: Plan,
     pub command: Vec<OsString>,
     pub env: Vec<(OsString, OsString)>,
+    /// Where PID 1 writes the command's wait status when runws itself is
+    /// its parent (see [`run`]); else closed unused.
+    pub report: Option<OwnedFd>,
 }
 
 /// The listening sockets runws placed at 3, 4, ...: only the command keeps them.
@@ -134,7 +137,7 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     };
     // Executed by runws, this process was given the command's environment.
     let env = std::env::vars_os().collect();
-    run(Start { status: status.file.into(), plan, command, env })
+    run(Start { status: status.file.into(), plan, command, env, report: None })
 }
 
 /// The init proper, entered from [`main`] after an exec, or directly in the
@@ -152,7 +155,14 @@ pub fn run(start: Start) -> u8 {
         .and_then(|(_, v)| v.to_str()?.parse().ok())
         .unwrap_or(0);
     let job = Job { listen_fds, command: start.command, env: start.env };
-    match outer(&start.plan, status, job) {
+    // runws forked this process straight into a new PID namespace: it is
+    // PID 1 already, and runws, its parent, reads the command's status from
+    // the report pipe. Otherwise it is the outer init, which makes PID 1.
+    let result = match start.report {
+        Some(report) if nix::unistd::getpid().as_raw() == 1 => as_pid1(&start.plan, status, report, job),
+        _ => outer(&start.plan, status, job),
+    };
+    match result {
         Ok(code) => code,
         Err((mut status, refused)) => {
             status.send(&Report::Failed(refused.to_string()));
@@ -223,6 +233,33 @@ fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refus
             Ok(relay(child.as_raw(), report_r))
         }
     }
+}
+
+/// The init as PID 1 of the namespace runws forked it into: the outer
+/// init's namespace steps without the PID namespace, then PID 1's work.
+fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result<u8, (Status, Refused)> {
+    macro_rules! step {
+        ($e:expr) => {
+            match status.attempt($e) {
+                Ok(ok) => ok,
+                Err(r) => return Err((status, r)),
+            }
+        };
+    }
+    let _ = nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    if plan.kind == Kind::Sandbox {
+        step!(ns::no_new_privs());
+    }
+    let entered = Entered {
+        mount: step!(ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
+        pid: true,
+        net: plan.net == Net::None && step!(ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+    };
+    if plan.kind == Kind::Sandbox {
+        step!(ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+    }
+    // pid1 sets the parent-death signal (runws, outside: pid 0 from here).
+    Ok(pid1(plan, status, report, &entered, 0, job))
 }
 
 fn wait_raw(pid: i32) -> Option<(i32, i32)> {

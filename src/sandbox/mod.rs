@@ -155,6 +155,8 @@ pub struct Setup {
     pub cache_locks: Vec<crate::cache::CacheLock>,
     pub kind: Kind,
     status: Option<OwnedFd>,
+    /// The command's wait status, from an init that runws forked as PID 1.
+    report: Option<OwnedFd>,
     pub broker: Option<broker::Server>,
     pub program: PathBuf,
     pub json: bool,
@@ -188,6 +190,20 @@ impl Setup {
             }
         }
         Ok(missing)
+    }
+}
+
+impl Setup {
+    /// Once the child has ended: how the command ended, when the child was
+    /// PID 1 of the sandbox (a PID 1 cannot end by the command's signal, so
+    /// it reports the status instead of passing it on). `None` when the
+    /// child was the outer init, whose own status is the command's, or when
+    /// PID 1 was killed before it could report.
+    pub fn command_status(&mut self) -> Option<i32> {
+        let mut buf = [0u8; 4];
+        // Every writer has ended (PID 1) or closed it at exec: no blocking.
+        std::fs::File::from(self.report.take()?).read_exact(&mut buf).ok()?;
+        Some(i32::from_ne_bytes(buf))
     }
 }
 

@@ -340,20 +340,39 @@ pub fn prepare(
     }
     let (status_raw, plan_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd());
     let (command, init_plan) = (spec.argv.clone(), plan.clone());
+    // Forked as PID 1 of its own namespace, the init reports the command's
+    // wait status to runws, its parent, on this pipe.
+    let (report_r, report_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox report")?;
+    let report_w = child::high_fd(report_w)?;
+    let report_raw = report_w.as_raw_fd();
     spec.in_process = (uid == 0).then(|| -> Box<dyn FnOnce() -> u8> {
         Box::new(move || {
-            // SAFETY: in the forked child, these two descriptors are ours alone: the plan's copy is not needed, the status pipe is handed to the init.
-            let status = unsafe {
+            // SAFETY: in the forked child, these descriptors are ours alone: the plan's copy is not needed, the status and report pipes are handed to the init.
+            let (status, report) = unsafe {
                 nix::libc::close(plan_raw);
-                OwnedFd::from_raw_fd(status_raw)
+                (OwnedFd::from_raw_fd(status_raw), OwnedFd::from_raw_fd(report_raw))
             };
-            super::init::run(super::init::Start { status, plan: init_plan, command, env })
+            super::init::run(super::init::Start {
+                status,
+                plan: init_plan,
+                command,
+                env,
+                report: Some(report),
+            })
         })
     });
     let original_program = std::mem::replace(&mut spec.program, exe.clone());
     spec.argv = init_argv(&exe, status_raw, plan_raw, &spec.argv);
     spec.keep.push(status_w);
     spec.keep.push(plan_fd);
+    let report = if spec.in_process.is_some() {
+        spec.in_process_keep.push(report_w);
+        spec.pid_namespace = true;
+        Some(report_r)
+    } else {
+        None
+    };
 
     let record = Record {
         kind: opts.kind,
@@ -383,6 +402,7 @@ pub fn prepare(
         cache_locks,
         kind: opts.kind,
         status: Some(status_r),
+        report,
         broker: Some(broker),
         program: original_program,
         json: opts.json,
