@@ -1,6 +1,9 @@
-//! `runws __sandbox-init`: the process between runws and the command.
+//! The init: the process between runws and the command (run in runws's
+//! forked child, or as `runws __sandbox-init`; see [`super`]).
 //!
-//! It runs twice over, as two processes:
+//! As root, runws forks it as PID 1 of a new PID namespace and it does all
+//! of PID 1's work below, reporting the command's wait status to runws on a
+//! pipe. Otherwise it runs twice over, as two processes:
 //!
 //! * the outer init (runws's child, in runws's PID namespace) enters the
 //!   namespaces and forks; it dies with runws (`PR_SET_PDEATHSIG`), waits for

@@ -14,16 +14,20 @@
 //! between fork and exec:
 //!
 //! ```text
-//! runws ─fork─> init (outer) ─unshare user, mount, pid, net, ipc─
+//! as root:   runws ─fork into a new PID namespace─> init (PID 1: unshare mount, net, ipc;
+//!                                     mounts, /proc, lo up) ─fork─> command (PID 2)
+//! otherwise: runws ─fork─> init (outer) ─unshare user, mount, pid, net, ipc─
 //!                  └─fork─> init (PID 1: mounts, /proc, lo up) ─fork─> command (PID 2)
 //! ```
 //!
 //! The outer init waits for PID 1 and ends the way the command ended (its
 //! exit code, or the same signal), so runws records the command's own
-//! status. PID 1 reaps orphans and, when the command exits, ends: the kernel
-//! then kills every process left in the namespace. The command stays in
-//! runws's process group, so signals runws forwards and `--timeout` reach it
-//! as they would without a sandbox; both inits block those signals.
+//! status; a PID 1 that is runws's own child cannot end by a signal, so it
+//! writes the command's wait status on a report pipe instead. PID 1 reaps
+//! orphans and, when the command exits, ends: the kernel then kills every
+//! process left in the namespace. The command stays in runws's process
+//! group, so signals runws forwards and `--timeout` reach it as they would
+//! without a sandbox; the inits block those signals.
 //!
 //! Setup problems travel back over a status pipe (one JSON line per
 //! [`Report`]) that closes when the command has been executed, so runws can
