@@ -176,7 +176,7 @@ pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Forks the child; it stops at the gate until [`Paused::start`].
+/// Forks the child; it stops at the gate until [`Paused::open_gate`].
 pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let program = cstring(spec.program.as_os_str().as_bytes(), "the command path")?;
     let argv: Vec<CString> =

@@ -262,7 +262,7 @@ pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
 }
 
 /// Writes the first manifest of a run: visible at once; the caller makes it
-/// durable with [`PendingSync::sync`] once the command is running, so the
+/// durable with [`crate::fsx::PendingSync::sync`] once the command is running, so the
 /// disk's latency overlaps the command instead of delaying it (see
 /// [`Dir::write_atomic_deferred`]).
 pub fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::PendingSync> {

@@ -143,9 +143,9 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     run(Start { status: status.file.into(), plan, command, env, report: None })
 }
 
-/// The init proper, entered from [`main`] after an exec, or directly in the
-/// child runws forked (see [`crate::child::Spec::in_process`]); returns the
-/// exit code of the outer init.
+/// The init proper, entered after an exec of `runws __sandbox-init`, or
+/// directly in the child runws forked (see [`crate::child::Spec::in_process`]);
+/// returns the exit code of the process it ran as.
 pub fn run(start: Start) -> u8 {
     block_forwarded();
     // The command must not inherit the status pipe.
