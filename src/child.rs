@@ -28,6 +28,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::error::{Error, IoContext, Result};
+use crate::exit;
 
 /// The signals runws passes on to the command's process group.
 pub const FORWARDED: [Signal; 4] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
@@ -364,7 +365,11 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
                 libc::fcntl(*fd, libc::F_SETFD, 0);
             }
             close_on_exec_now();
-            libc::_exit(run() as i32);
+            hide_command_line_and_environment();
+            // A panic must end this child here: unwinding would run runws's
+            // own destructors (its lease, its files) in a copy of runws.
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(exit::FAILURE);
+            libc::_exit(code as i32);
         }
         libc::execve(c.program, c.argv, c.envp);
         fail(*libc::__errno_location())
@@ -377,17 +382,48 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
 /// Descriptors owned elsewhere in this process become invalid: call it only
 /// in a forked child that will not use them.
 unsafe fn close_on_exec_now() {
-    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
-        return;
+    // The open descriptors, listed (collected first: the listing's own
+    // descriptor closes with it); else every number below the limit.
+    let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Err(_) => {
+            let mut limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+            // SAFETY: getrlimit fills the struct it is given.
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+            (0..limit.rlim_cur.min(1 << 20) as RawFd).collect()
+        }
     };
-    // Collected first: the listing's own descriptor closes with it.
-    let fds: Vec<RawFd> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     for fd in fds {
         // SAFETY: see the function's contract; F_GETFD on a closed descriptor just fails.
         unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFD);
-            if fd > 2 && flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
+            if flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
                 libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Blanks the command line and environment strings this child inherited
+/// from runws (what /proc/PID/cmdline and /proc/PID/environ show of it), so
+/// the init shows neither runws's arguments (a store URL with a password)
+/// nor its environment to the sandbox. Nothing in the child reads them: the
+/// init is handed what it needs.
+fn hide_command_line_and_environment() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return };
+    // After the name: field 3 is the first; arg_start is field 48.
+    let fields: Vec<usize> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+    let range = |i: usize| fields.get(i - 3).copied().zip(fields.get(i - 2).copied());
+    for (i, (start, end)) in [range(48), range(50)].into_iter().flatten().enumerate() {
+        if start != 0 && end > start && end - start < (1 << 24) {
+            // SAFETY: the kernel's own record of this process's argument and environment strings, in its stack, writable, and read by nothing in this child.
+            unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+            if i == 0 {
+                let name = b"runws-sandbox-init";
+                let n = name.len().min(end - start - 1);
+                // SAFETY: within the range just cleared.
+                unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n) };
             }
         }
     }

@@ -91,15 +91,22 @@ fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
     Ok(c)
 }
 
-/// The home directory of `uid` in /etc/passwd. Name services beyond the
-/// file are not asked: runws is linked statically, and glibc's name-service
-/// modules are loaded at run time. A home that only a directory service
-/// knows is hidden when it is also `$HOME`, as it usually is.
+/// The home directory of `uid`: from /etc/passwd, where name services look
+/// first, else from them (a directory service). Asked on runws's main thread
+/// only: the statically linked glibc loads its name-service modules at run
+/// time, which is unsafe from other threads.
 fn passwd_home(uid: u32) -> Option<PathBuf> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    home_in(&passwd, uid).or_else(|| {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map(|u| u.dir)
+    })
+}
+
+/// The home of the first entry for `uid` in passwd-format `text`.
+fn home_in(text: &str, uid: u32) -> Option<PathBuf> {
+    text.lines().find_map(|line| {
         let f: Vec<&str> = line.split(':').collect();
-        (f.len() >= 7 && f[2].parse() == Ok(uid)).then(|| PathBuf::from(f[5]))
+        (f.len() == 7 && f[2].parse() == Ok(uid)).then(|| PathBuf::from(f[5]))
     })
 }
 
@@ -331,7 +338,9 @@ pub fn prepare(
     // runws), or else as `runws __sandbox-init` reading the plan from its fd.
     // Not with a user namespace: the forked child is a copy of runws, which
     // stays non-dumpable so that nobody reads the secrets of its memory and
-    // environment; a non-dumpable process cannot write its own uid_map.
+    // environment; a non-dumpable process cannot write its own uid_map. Not
+    // for an audit either: its command keeps every capability, and with
+    // them could read that memory anyway.
     let mut env: Vec<(OsString, OsString)> =
         spec.env.iter().map(|(k, v)| (OsString::from(k), v.clone())).collect();
     if !spec.listen.is_empty() {
@@ -346,7 +355,7 @@ pub fn prepare(
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox report")?;
     let report_w = child::high_fd(report_w)?;
     let report_raw = report_w.as_raw_fd();
-    spec.in_process = (uid == 0).then(|| -> Box<dyn FnOnce() -> u8> {
+    spec.in_process = (uid == 0 && opts.kind == Kind::Sandbox).then(|| -> Box<dyn FnOnce() -> u8> {
         Box::new(move || {
             // SAFETY: in the forked child, these descriptors are ours alone: the plan's copy is not needed, the status and report pipes are handed to the init.
             let (status, report) = unsafe {
@@ -413,12 +422,19 @@ pub fn prepare(
 mod tests {
     use super::*;
 
-    /// A home is the sixth field of the first line naming the uid.
+    /// A home is the sixth field of the first well-formed line naming the uid.
     #[test]
-    fn passwd_home_reads_the_first_entry_of_the_uid() {
-        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
-        let root = passwd.lines().find(|l| l.split(':').nth(2) == Some("0")).unwrap();
-        assert_eq!(passwd_home(0), Some(PathBuf::from(root.split(':').nth(5).unwrap())));
-        assert_eq!(passwd_home(4_000_000_123), None);
+    fn home_in_reads_the_first_entry_of_the_uid() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+                    broken:1000\n\
+                    ann:x:1000:1000::/home/ann:/bin/sh\n\
+                    again:x:1000:1000::/elsewhere:/bin/sh\n\
+                    # comment\n\
+                    nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin";
+        assert_eq!(home_in(text, 0), Some(PathBuf::from("/root")));
+        assert_eq!(home_in(text, 1000), Some(PathBuf::from("/home/ann")));
+        assert_eq!(home_in(text, 65534), Some(PathBuf::from("/nonexistent")));
+        assert_eq!(home_in(text, 42), None);
+        assert_eq!(home_in("x:x:notanumber:0::/h:/bin/sh", 0), None);
     }
 }

@@ -563,15 +563,37 @@ fn nothing_of_runws_reaches_the_sandboxed_command() {
             echo "FDS $(ls /proc/self/fd | sort -n | tr '\n' ' ')"
             echo "ENV $(env | cut -d= -f1 | sort | tr '\n' ' ')"
         "#;
-        let mut cmd = runws_as(&env, who, &["run", "--sandbox", "--net", "none", "--", "sh", "-c", probe]);
-        cmd.env("AWS_SECRET_ACCESS_KEY", &secret);
-        let out = Out::from(cmd.output_retrying());
-        out.ok();
-        assert!(
-            !out.stdout.contains(&secret),
-            "as {who:?}, the command read runws's secret:\n{}",
-            out.stdout
-        );
+        // A secret in runws's environment, and one in its arguments (a store
+        // URL can hold a password; this one only names a directory).
+        let store = format!("file:{}", env.path(&fake_secret("store-secret")).display());
+        let arg_secret = store.rsplit('/').next().unwrap().to_string();
+        let mut out = None;
+        for verb in ["audit", "run"] {
+            if verb == "audit" && who != Who::Me {
+                continue;
+            }
+            let mut args = vec!["--store", store.as_str(), verb];
+            if verb == "run" {
+                args.extend(["--sandbox", "--net", "none"]);
+            }
+            args.extend(["--", "sh", "-c", probe]);
+            let mut cmd = runws_as(&env, who, &args);
+            cmd.env("AWS_SECRET_ACCESS_KEY", &secret);
+            let o = Out::from(cmd.output_retrying());
+            o.ok();
+            // An audit runs the command in the caller's own environment, by
+            // design: only runws's arguments must stay out of its sight.
+            let hidden = if verb == "audit" { vec![&arg_secret] } else { vec![&secret, &arg_secret] };
+            for s in hidden {
+                assert!(
+                    !o.stdout.contains(s.as_str()),
+                    "{verb} as {who:?}: the command read {s}:\n{}",
+                    o.stdout
+                );
+            }
+            out = Some(o);
+        }
+        let out = out.unwrap();
         // What a plain run's command holds and sees (descriptors runws was
         // given pass through, as `env` passes them; the shell sets PWD,
         // SHLVL and _ itself in both): the sandbox adds nothing.
