@@ -63,22 +63,11 @@ fn a_paused_holder_is_fenced_off_at_the_sink() {
             go = flag("go").display(),
             code = flag("a.code").display(),
         );
+        let a_id = fresh_key("a");
         let a = with_store(
             &env,
             &store,
-            &[
-                "run",
-                "--run-id",
-                &fresh_key("a"),
-                "--lease",
-                &key,
-                "--lease-ttl",
-                "0.6",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ],
+            &["run", "--run-id", &a_id, "--lease", &key, "--lease-ttl", "0.6", "--", "sh", "-c", &script],
         )
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -140,6 +129,8 @@ fn a_paused_holder_is_fenced_off_at_the_sink() {
             )
         });
         assert_eq!(code.trim(), "76");
+        // The loss is on record, found by a renewal or by the check at the end.
+        assert!(env.manifest(&a_id)["lease"]["lost_at"].is_string(), "{}", env.manifest(&a_id));
 
         let read_sink = || -> String {
             if store.is_none() {

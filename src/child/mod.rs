@@ -27,6 +27,12 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+mod in_process;
+
+use in_process::{
+    PidNamespaceForChildren, close_on_exec_now, hide_command_line_and_environment, single_threaded,
+};
+
 use crate::error::{Error, IoContext, Result};
 use crate::exit;
 
@@ -120,38 +126,6 @@ pub struct Spec {
     /// when the kernel allows it (root), so that it needs no fork of its own
     /// to get there. Without that permission the child is forked as usual.
     pub pid_namespace: bool,
-}
-
-/// runws's own PID namespace, left for one fork by [`PidNamespaceForChildren::enter`]
-/// and entered again when dropped, so that runws's later threads and
-/// children are its own again.
-struct PidNamespaceForChildren {
-    own: OwnedFd,
-}
-
-impl PidNamespaceForChildren {
-    /// Makes the next child PID 1 of a new PID namespace; `None` when the
-    /// kernel refuses (the next child is then forked as usual).
-    fn enter() -> Option<PidNamespaceForChildren> {
-        let own = std::fs::File::open("/proc/self/ns/pid").ok()?;
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID).ok()?;
-        Some(PidNamespaceForChildren { own: own.into() })
-    }
-}
-
-impl Drop for PidNamespaceForChildren {
-    fn drop(&mut self) {
-        // Our own namespace: root may always enter it again. If it could
-        // not, every later fork and thread would fail, loudly.
-        let _ = nix::sched::setns(&self.own, nix::sched::CloneFlags::CLONE_NEWPID);
-    }
-}
-
-/// True when this process has one thread (procfs counts each thread as a
-/// link of /proc/self/task, plus two).
-fn single_threaded() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/task").is_ok_and(|m| m.nlink() == 3)
 }
 
 /// A forked child waiting at its gate.
@@ -373,59 +347,6 @@ unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
         }
         libc::execve(c.program, c.argv, c.envp);
         fail(*libc::__errno_location())
-    }
-}
-
-/// Closes every descriptor marked close-on-exec, as an exec would.
-///
-/// # Safety
-/// Descriptors owned elsewhere in this process become invalid: call it only
-/// in a forked child that will not use them.
-unsafe fn close_on_exec_now() {
-    // The open descriptors, listed (collected first: the listing's own
-    // descriptor closes with it); else every number below the limit.
-    let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
-        Ok(entries) => entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
-        Err(_) => {
-            let mut limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
-            // SAFETY: getrlimit fills the struct it is given.
-            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-            (0..limit.rlim_cur.min(1 << 20) as RawFd).collect()
-        }
-    };
-    for fd in fds {
-        // SAFETY: see the function's contract; F_GETFD on a closed descriptor just fails.
-        unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
-                libc::close(fd);
-            }
-        }
-    }
-}
-
-/// Blanks the command line and environment strings this child inherited
-/// from runws (what /proc/PID/cmdline and /proc/PID/environ show of it), so
-/// the init shows neither runws's arguments (a store URL with a password)
-/// nor its environment to the sandbox. Nothing in the child reads them: the
-/// init is handed what it needs.
-fn hide_command_line_and_environment() {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return };
-    // After the name: field 3 is the first; arg_start is field 48.
-    let fields: Vec<usize> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
-    let range = |i: usize| fields.get(i - 3).copied().zip(fields.get(i - 2).copied());
-    for (i, (start, end)) in [range(48), range(50)].into_iter().flatten().enumerate() {
-        if start != 0 && end > start && end - start < (1 << 24) {
-            // SAFETY: the kernel's own record of this process's argument and environment strings, in its stack, writable, and read by nothing in this child.
-            unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
-            if i == 0 {
-                let name = b"runws-sandbox-init";
-                let n = name.len().min(end - start - 1);
-                // SAFETY: within the range just cleared.
-                unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n) };
-            }
-        }
     }
 }
 

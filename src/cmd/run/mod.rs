@@ -14,6 +14,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
+mod end;
+
+use end::{exit_code, finish, not_started, record_failure};
+
 use super::lease::RunLease;
 use crate::capture::Capture;
 use crate::child::{self, Outcome, Spec, Watch};
@@ -22,7 +26,6 @@ use crate::envbuild::{self, Grant, RunPaths};
 use crate::error::{Error, IoContext};
 use crate::exit;
 use crate::fingerprint;
-use crate::fsx::Reserved;
 use crate::manifest::{self, ChildRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
@@ -321,7 +324,10 @@ fn run_in(
         setup.finish(&run)?;
     }
     // --- end sandbox
-    finish(&run, outcome, None, final_slot)
+    // A lease lost while the command ran is found now at the latest, however
+    // quickly the command ended after runws was stopped or starved.
+    let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
+    finish(&run, outcome, None, final_slot, lease_lost_at)
         .with_context(|| format!("cannot record the end of run `{id}`"))?;
     ports.release();
     drop(lease);
@@ -334,17 +340,6 @@ fn run_in(
         }
     }
     Ok(code)
-}
-
-/// The exit status runws reports for how the command ended.
-fn exit_code(o: &Outcome) -> u8 {
-    if o.timed_out {
-        exit::TIMED_OUT
-    } else if let Some(sig) = o.signal {
-        exit::from_signal(sig)
-    } else {
-        o.exit_code.unwrap_or(exit::FAILURE as i32).clamp(0, 255) as u8
-    }
 }
 
 /// Everything between creating the directory and forking: inputs, ports,
@@ -497,63 +492,6 @@ fn prepare(
     };
     // --- end sandbox
     Ok((spec, capture, isolated))
-}
-
-/// Records a run that failed before its command started, then reports it.
-fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8> {
-    let code = e.exit_code();
-    m.status = Status::Failed;
-    m.exit_code = Some(code as i32);
-    m.error = Some(e.to_string());
-    m.finished_at = Some(manifest::format_time(SystemTime::now()));
-    m.lease_until = m.finished_at.clone().unwrap_or_default();
-    if let Err(w) = manifest::write(&run.dir, &m, true) {
-        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
-    }
-    Err(e.into())
-}
-
-/// Records and reports a command that could not be started (126, 127, or
-/// 125 for a refused sandbox); returns its exit code.
-fn not_started(run: &RunDir, e: Error, slot: Option<Reserved<'_>>) -> u8 {
-    let code = e.exit_code();
-    let msg = e.to_string();
-    let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, outcome, Some(msg.clone()), slot) {
-        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
-    }
-    eprintln!("runws: {msg}");
-    code
-}
-
-/// Records how the command ended, unless the run was taken over meanwhile;
-/// through `slot` when the final record's temp file was made in advance.
-fn finish(run: &RunDir, o: Outcome, error: Option<String>, slot: Option<Reserved<'_>>) -> Result<(), Error> {
-    let change = |m: &mut Manifest| {
-        if m.status != Status::Running {
-            return Err(Error::TakenOver { run: run.id.clone(), status: m.status.as_str() });
-        }
-        m.status = if o.timed_out {
-            Status::TimedOut
-        } else if o.signal.is_some() {
-            Status::Killed
-        } else if o.exit_code == Some(0) {
-            Status::Succeeded
-        } else {
-            Status::Failed
-        };
-        m.exit_code = if o.timed_out { Some(exit::TIMED_OUT as i32) } else { o.exit_code };
-        m.signal = o.signal;
-        m.error = error;
-        let now = manifest::format_time(SystemTime::now());
-        m.lease_until = now.clone();
-        m.finished_at = Some(now);
-        Ok(())
-    };
-    match slot {
-        Some(slot) => manifest::update_reserved(&run.dir, slot, change),
-        None => manifest::update(&run.dir, true, change),
-    }
 }
 
 /// True when runws owns the terminal on stdin: the command is then made the

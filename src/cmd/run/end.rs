@@ -1,0 +1,89 @@
+//! How a run's end is recorded: the command's outcome, a command that could
+//! not be started, a run that failed before it started.
+
+use std::time::SystemTime;
+
+use crate::child::Outcome;
+use crate::error::Error;
+use crate::exit;
+use crate::fsx::Reserved;
+use crate::manifest::{self, Manifest, Status};
+use crate::workspace::RunDir;
+
+/// The exit status runws reports for how the command ended.
+pub(super) fn exit_code(o: &Outcome) -> u8 {
+    if o.timed_out {
+        exit::TIMED_OUT
+    } else if let Some(sig) = o.signal {
+        exit::from_signal(sig)
+    } else {
+        o.exit_code.unwrap_or(exit::FAILURE as i32).clamp(0, 255) as u8
+    }
+}
+
+/// Records a run that failed before its command started, then reports it.
+pub(super) fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8> {
+    let code = e.exit_code();
+    m.status = Status::Failed;
+    m.exit_code = Some(code as i32);
+    m.error = Some(e.to_string());
+    m.finished_at = Some(manifest::format_time(SystemTime::now()));
+    m.lease_until = m.finished_at.clone().unwrap_or_default();
+    if let Err(w) = manifest::write(&run.dir, &m, true) {
+        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
+    }
+    Err(e.into())
+}
+
+/// Records and reports a command that could not be started (126, 127, or
+/// 125 for a refused sandbox); returns its exit code.
+pub(super) fn not_started(run: &RunDir, e: Error, slot: Option<Reserved<'_>>) -> u8 {
+    let code = e.exit_code();
+    let msg = e.to_string();
+    let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
+    if let Err(w) = finish(run, outcome, Some(msg.clone()), slot, None) {
+        eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
+    }
+    eprintln!("runws: {msg}");
+    code
+}
+
+/// Records how the command ended, unless the run was taken over meanwhile;
+/// through `slot` when the final record's temp file was made in advance;
+/// with when the run's lease was found lost, if it was.
+pub(super) fn finish(
+    run: &RunDir,
+    o: Outcome,
+    error: Option<String>,
+    slot: Option<Reserved<'_>>,
+    lease_lost_at: Option<String>,
+) -> Result<(), Error> {
+    let change = |m: &mut Manifest| {
+        if m.status != Status::Running {
+            return Err(Error::TakenOver { run: run.id.clone(), status: m.status.as_str() });
+        }
+        m.status = if o.timed_out {
+            Status::TimedOut
+        } else if o.signal.is_some() {
+            Status::Killed
+        } else if o.exit_code == Some(0) {
+            Status::Succeeded
+        } else {
+            Status::Failed
+        };
+        m.exit_code = if o.timed_out { Some(exit::TIMED_OUT as i32) } else { o.exit_code };
+        m.signal = o.signal;
+        m.error = error;
+        let now = manifest::format_time(SystemTime::now());
+        m.lease_until = now.clone();
+        m.finished_at = Some(now);
+        if let (Some(at), Some(rec)) = (lease_lost_at, m.extra.get_mut("lease")) {
+            rec["lost_at"] = at.into();
+        }
+        Ok(())
+    };
+    match slot {
+        Some(slot) => manifest::update_reserved(&run.dir, slot, change),
+        None => manifest::update(&run.dir, true, change),
+    }
+}
