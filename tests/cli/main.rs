@@ -16,5 +16,6 @@ mod listing;
 mod ports;
 mod reap;
 mod sandbox;
+mod sandbox_init;
 mod seal;
 mod worktree;

@@ -1,0 +1,131 @@
+//! The process between runws and a sandboxed command (the init) hands on
+//! nothing of runws: checked from inside the sandbox and from outside it,
+//! as root and as `nobody`.
+
+use crate::harness::*;
+use crate::sandbox::{Retry, Who, everyone, runws_as, skip};
+
+/// The init between runws and the command (run inside runws's forked child
+/// as root, executed afresh otherwise) hands on nothing of runws: not the
+/// secrets in runws's environment or memory (through any /proc entry of the
+/// inits), not a descriptor beyond the standard three, not a variable
+/// outside the documented set.
+#[test]
+fn nothing_of_runws_reaches_the_sandboxed_command() {
+    for who in everyone() {
+        if skip(who, "nothing_of_runws_reaches_the_sandboxed_command") {
+            continue;
+        }
+        let env = Env::new();
+        let secret = fake_secret("runws-parent-secret");
+        let probe = r#"
+            for p in /proc/[0-9]*; do
+              for f in environ cmdline; do cat "$p/$f" 2>/dev/null | tr '\0' '\n'; done
+            done
+            echo "FDS $(ls /proc/self/fd | sort -n | tr '\n' ' ')"
+            echo "ENV $(env | cut -d= -f1 | sort | tr '\n' ' ')"
+        "#;
+        // A secret in runws's environment, and one in its arguments (a store
+        // URL can hold a password; this one only names a directory).
+        let store = format!("file:{}", env.path(&fake_secret("store-secret")).display());
+        let arg_secret = store.rsplit('/').next().unwrap().to_string();
+        let mut out = None;
+        for verb in ["audit", "run"] {
+            if verb == "audit" && who != Who::Me {
+                continue;
+            }
+            let mut args = vec!["--store", store.as_str(), verb];
+            if verb == "run" {
+                args.extend(["--sandbox", "--net", "none"]);
+            }
+            args.extend(["--", "sh", "-c", probe]);
+            let mut cmd = runws_as(&env, who, &args);
+            cmd.env("AWS_SECRET_ACCESS_KEY", &secret);
+            let o = Out::from(cmd.output_retrying());
+            o.ok();
+            // An audit runs the command in the caller's own environment, by
+            // design: only runws's arguments must stay out of its sight.
+            let hidden = if verb == "audit" { vec![&arg_secret] } else { vec![&secret, &arg_secret] };
+            for s in hidden {
+                assert!(
+                    !o.stdout.contains(s.as_str()),
+                    "{verb} as {who:?}: the command read {s}:\n{}",
+                    o.stdout
+                );
+            }
+            out = Some(o);
+        }
+        let out = out.unwrap();
+        // What a plain run's command holds and sees (descriptors runws was
+        // given pass through, as `env` passes them; the shell sets PWD,
+        // SHLVL and _ itself in both): the sandbox adds nothing.
+        let plain = Out::from(runws_as(&env, who, &["run", "--", "sh", "-c", probe]).output_retrying());
+        for what in ["FDS ", "ENV "] {
+            let line = |o: &Out| o.stdout.lines().find_map(|l| l.strip_prefix(what)).unwrap().to_string();
+            assert_eq!(line(&out), line(&plain), "as {who:?}: {what}");
+        }
+    }
+}
+
+/// The processes between runws and the sandboxed command hold none of
+/// runws's own descriptors (the port ledger, the run directory, the guard's
+/// socket, the signalfd, the plan): while a run lives, every descriptor of
+/// its inits is a standard stream, a pipe, or one runws itself was given.
+#[test]
+fn the_sandbox_inits_hold_none_of_runws_descriptors() {
+    for who in everyone() {
+        if skip(who, "the_sandbox_inits_hold_none_of_runws_descriptors") {
+            continue;
+        }
+        let env = Env::new();
+        let mut runws = runws_as(&env, who, &["run", "--run-id", "live", "--sandbox", "--", "sleep", "30"])
+            .spawn_retrying();
+        let manifest = env.run_dir("live").join("manifest.json");
+        let mut outer = None;
+        for _ in 0..500 {
+            let m: Option<serde_json::Value> =
+                std::fs::read(&manifest).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            if let Some(pid) = m.and_then(|m| m["child"]["pid"].as_i64()) {
+                outer = Some(pid);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let outer = outer.expect("the run recorded its child");
+        // As root, runws forks its child straight into the new PID namespace
+        // (it is PID 1 there); otherwise the child is an outer init that
+        // makes PID 1. Both, and the first child of the recorded one, are
+        // checked.
+        let status = std::fs::read_to_string(format!("/proc/{outer}/status")).unwrap();
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").to_string();
+        if who == Who::Me && is_root() {
+            assert!(nspid.trim_end().ends_with(" 1") || nspid.trim_end().ends_with("\t1"), "NSpid:{nspid}");
+        }
+        let mut inits = vec![outer];
+        for _ in 0..500 {
+            let kids =
+                std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children")).unwrap_or_default();
+            if let Some(pid1) = kids.split_whitespace().next() {
+                inits.push(pid1.parse().unwrap());
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(inits.len(), 2, "as {who:?}: the recorded child never had a child");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        for pid in &inits {
+            for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+                let target = std::fs::read_link(fd.unwrap().path()).unwrap_or_default();
+                let t = target.to_string_lossy();
+                let foreign = ["ports.ledger", "/runs/", "socket:", "anon_inode:", "memfd:"];
+                assert!(!foreign.iter().any(|f| t.contains(f)), "as {who:?}, init {pid} holds {t}");
+            }
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(runws.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        runws.wait().unwrap();
+    }
+}
