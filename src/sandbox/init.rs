@@ -163,7 +163,11 @@ pub fn run(start: Start) -> u8 {
     // the report pipe. Otherwise it is the outer init, which makes PID 1.
     let result = match start.report {
         Some(report) if nix::unistd::getpid().as_raw() == 1 => as_pid1(&start.plan, status, report, job),
-        _ => outer(&start.plan, status, job),
+        unused => {
+            // Not inherited by PID 1 and the command.
+            drop(unused);
+            outer(&start.plan, status, job)
+        }
     };
     match result {
         Ok(code) => code,
