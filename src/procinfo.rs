@@ -14,9 +14,25 @@ pub struct ProcStat {
 
 /// Reads `/proc/<pid>/stat`; `None` when the process is gone.
 pub fn stat(pid: i32) -> Option<ProcStat> {
-    // One read of a buffer that holds any stat line (procfs gives a line in
-    // one piece); the standard reader grows its buffer over six reads.
-    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&read_stat(&pid.to_string())?)
+}
+
+/// Where this process's argument and environment strings lie in its memory
+/// (what /proc/self/cmdline and /proc/self/environ show), as the kernel
+/// records them: `((arg_start, arg_end), (env_start, env_end))`.
+pub fn own_arg_and_env_ranges() -> Option<((usize, usize), (usize, usize))> {
+    let text = read_stat("self")?;
+    let f = fields(&text)?;
+    // Fields 48 to 51; `fields` starts at field 3.
+    let at = |n: usize| f.get(n - 3)?.parse::<usize>().ok();
+    Some(((at(48)?, at(49)?), (at(50)?, at(51)?)))
+}
+
+/// /proc/WHICH/stat in one read of a buffer that holds any stat line (procfs
+/// gives a line in one piece; the standard reader grows its buffer over six
+/// reads).
+fn read_stat(which: &str) -> Option<String> {
+    let mut file = std::fs::File::open(format!("/proc/{which}/stat")).ok()?;
     let mut buf = [0u8; 2048];
     let mut len = 0;
     loop {
@@ -30,15 +46,19 @@ pub fn stat(pid: i32) -> Option<ProcStat> {
             return None;
         }
     }
-    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
+    String::from_utf8(buf[..len].to_vec()).ok()
+}
+
+/// The fields of a stat line from field 3 (state) on. The command name
+/// (field 2) is in parentheses and may hold spaces or parentheses itself:
+/// everything after the last `)` is plain fields.
+fn fields(text: &str) -> Option<Vec<&str>> {
+    Some(text[text.rfind(')')? + 1..].split_whitespace().collect())
 }
 
 fn parse_stat(text: &str) -> Option<ProcStat> {
-    // The command name (field 2) is in parentheses and may hold spaces or
-    // parentheses itself: everything after the last `)` is plain fields.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): ppid is field 4, pgrp 5, starttime 22.
+    let fields = fields(text)?;
+    // fields[0] is field 3 (state): ppid is field 4, pgrp 5, starttime 22.
     Some(ProcStat {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
@@ -109,5 +129,15 @@ mod tests {
         let s = stat(me).unwrap();
         assert!(is_same_process(me, s.start_time));
         assert!(!is_same_process(me, s.start_time + 1));
+    }
+
+    /// The argument range holds exactly this process's arguments, each
+    /// ending in a NUL, as /proc/self/cmdline shows them.
+    #[test]
+    fn own_argument_range_is_the_command_line() {
+        let ((arg_start, arg_end), (env_start, env_end)) = own_arg_and_env_ranges().unwrap();
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
+        assert_eq!(arg_end - arg_start, cmdline.len());
+        assert!(arg_start < arg_end && arg_end <= env_start && env_start < env_end);
     }
 }

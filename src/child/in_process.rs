@@ -73,21 +73,15 @@ pub(super) unsafe fn close_on_exec_now() {
 /// nor its environment to the sandbox. Nothing in the child reads them: the
 /// init is handed what it needs.
 pub(super) fn hide_command_line_and_environment() {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return };
-    // After the name: field 3 is the first; arg_start is field 48.
-    let fields: Vec<usize> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
-    let range = |i: usize| fields.get(i - 3).copied().zip(fields.get(i - 2).copied());
-    for (i, (start, end)) in [range(48), range(50)].into_iter().flatten().enumerate() {
+    let Some((args, env)) = crate::procinfo::own_arg_and_env_ranges() else { return };
+    for (range, name) in [(args, &b"runws-sandbox-init"[..]), (env, &b""[..])] {
+        let (start, end) = range;
         if start != 0 && end > start && end - start < (1 << 24) {
             // SAFETY: the kernel's own record of this process's argument and environment strings, in its stack, writable, and read by nothing in this child.
             unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
-            if i == 0 {
-                let name = b"runws-sandbox-init";
-                let n = name.len().min(end - start - 1);
-                // SAFETY: within the range just cleared.
-                unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n) };
-            }
+            let n = name.len().min(end - start - 1);
+            // SAFETY: within the range just cleared.
+            unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n) };
         }
     }
 }

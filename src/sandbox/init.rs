@@ -185,6 +185,18 @@ struct Job {
     env: Vec<(OsString, OsString)>,
 }
 
+/// One namespace step of an init: its result when it was taken (or, with
+/// `--sandbox=try`, noted as missing), else the refusal, returned with the
+/// status pipe so the caller can report it.
+macro_rules! step {
+    ($status:ident, $e:expr) => {
+        match $status.attempt($e) {
+            Ok(ok) => ok,
+            Err(r) => return Err(($status, r)),
+        }
+    };
+}
+
 /// Which namespaces were entered.
 struct Entered {
     mount: bool,
@@ -193,19 +205,11 @@ struct Entered {
 }
 
 fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refused)> {
-    macro_rules! step {
-        ($e:expr) => {
-            match status.attempt($e) {
-                Ok(ok) => ok,
-                Err(r) => return Err((status, r)),
-            }
-        };
-    }
     if plan.kind == Kind::Sandbox {
-        step!(ns::no_new_privs());
+        step!(status, ns::no_new_privs());
     }
     if plan.user_namespace {
-        step!(ns::enter_user_namespace(plan.uid, plan.gid));
+        step!(status, ns::enter_user_namespace(plan.uid, plan.gid));
     }
     // Set after entering the user namespace: a change of credentials
     // clears the parent-death signal.
@@ -215,12 +219,13 @@ fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refus
         Err(e) => return Err((status, Refused::new("parent-death signal", e.to_string()))),
     }
     let entered = Entered {
-        mount: step!(ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
-        pid: step!(ns::unshare(CloneFlags::CLONE_NEWPID, "PID namespace")),
-        net: plan.net == Net::None && step!(ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+        mount: step!(status, ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
+        pid: step!(status, ns::unshare(CloneFlags::CLONE_NEWPID, "PID namespace")),
+        net: plan.net == Net::None
+            && step!(status, ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
     };
     if plan.kind == Kind::Sandbox {
-        step!(ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+        step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
     }
     let me = nix::unistd::getpid().as_raw();
     let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
@@ -245,25 +250,18 @@ fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refus
 /// The init as PID 1 of the namespace runws forked it into: the outer
 /// init's namespace steps without the PID namespace, then PID 1's work.
 fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result<u8, (Status, Refused)> {
-    macro_rules! step {
-        ($e:expr) => {
-            match status.attempt($e) {
-                Ok(ok) => ok,
-                Err(r) => return Err((status, r)),
-            }
-        };
-    }
     let _ = nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     if plan.kind == Kind::Sandbox {
-        step!(ns::no_new_privs());
+        step!(status, ns::no_new_privs());
     }
     let entered = Entered {
-        mount: step!(ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
+        mount: step!(status, ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
         pid: true,
-        net: plan.net == Net::None && step!(ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+        net: plan.net == Net::None
+            && step!(status, ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
     };
     if plan.kind == Kind::Sandbox {
-        step!(ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+        step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
     }
     // pid1 sets the parent-death signal (runws, outside: pid 0 from here).
     Ok(pid1(plan, status, report, &entered, 0, job))

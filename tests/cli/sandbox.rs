@@ -82,28 +82,24 @@ pub trait Retry {
 
 impl Retry for Command {
     fn output_retrying(&mut self) -> std::process::Output {
-        for _ in 0..100 {
-            match self.output() {
-                Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                other => return other.expect("spawn runws"),
-            }
-        }
-        panic!("the runws copy stayed busy");
+        retry_busy(|| self.output())
     }
 
     fn spawn_retrying(&mut self) -> std::process::Child {
-        for _ in 0..100 {
-            match self.spawn() {
-                Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                other => return other.expect("spawn runws"),
-            }
-        }
-        panic!("the runws copy stayed busy");
+        retry_busy(|| self.spawn())
     }
+}
+
+fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> T {
+    for _ in 0..100 {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            other => return other.expect("spawn runws"),
+        }
+    }
+    panic!("the runws copy stayed busy");
 }
 
 fn unique(tag: &str) -> String {
