@@ -157,3 +157,40 @@ fn stdin_passes_through() {
     child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
     Out::from(child.wait_with_output().unwrap()).ok().stdout_has("got:hello");
 }
+
+#[test]
+fn closed_standard_descriptors_reach_the_command_as_dev_null() {
+    // runws opens /dev/null on a closed 0 or 1, as a careful program does:
+    // otherwise the first file it opened would take that number, and the
+    // command would find its stdin or stdout closed (or worse, a file).
+    let env = Env::new();
+    let mut sh = std::process::Command::new("sh");
+    sh.args([
+        "-c",
+        r#"exec "$0" run -- sh -c 'echo $(readlink /proc/$$/fd/0 /proc/$$/fd/1) >&2' <&- >&-"#,
+        BIN,
+    ])
+    .env_clear()
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+    .env("HOME", &env.home)
+    .env("RUNWS_ROOT", &env.root);
+    let out = Out::from(sh.output().unwrap());
+    out.ok();
+    assert_eq!(out.stderr, "/dev/null /dev/null\n", "{out:?}");
+}
+
+#[test]
+fn a_closed_pipe_is_an_error_for_runws_and_sigpipe_for_the_command() {
+    let env = Env::new();
+    env.sh("one", "true").ok();
+    // runws writes into a pipe nobody reads: it must not die of SIGPIPE.
+    let (r, w) = nix::unistd::pipe().unwrap();
+    drop(r);
+    let status = env.cmd(&["ls"]).stdout(std::process::Stdio::from(w)).status().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    // The command gets SIGPIPE's default back: `yes` dies of it silently
+    // instead of reporting a write error.
+    let out = env.sh("two", "yes | head -n 1");
+    out.ok().stdout_has("y");
+    assert!(!out.stderr.contains("Broken pipe") && !out.stderr.contains("write error"), "{out:?}");
+}
