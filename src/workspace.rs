@@ -48,12 +48,15 @@ pub fn new_run_id() -> String {
 }
 
 /// A short prefix for names the run makes outside its directory
-/// (containers, branches, sockets): `rw-` and 10 hex digits of the id's hash.
+/// (containers, branches, sockets): `rw-` and 10 hex digits of the id's
+/// 64-bit FNV-1a hash. Not SHA-256: a run without inputs then hashes
+/// nothing with it, and skips detecting the CPU's SHA instructions (tens of
+/// microseconds on a virtual machine, where each CPUID traps).
 pub fn prefix_for(run_id: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(run_id.as_bytes());
-    let hex: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
-    format!("rw-{hex}")
+    let hash = run_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("rw-{:010x}", hash >> 24)
 }
 
 /// Finds ROOT: `--root` or `RUNWS_ROOT` (given as `flag`), else
@@ -188,6 +191,16 @@ mod tests {
             assert!(check_run_id(bad).is_err(), "{bad:?} accepted");
         }
         check_run_id(&new_run_id()).unwrap();
+    }
+
+    #[test]
+    fn prefixes_are_short_stable_and_distinct() {
+        // FNV-1a of "a" is 0xaf63dc4c8601ec8c.
+        assert_eq!(prefix_for("a"), "rw-af63dc4c86");
+        let ids: std::collections::BTreeSet<String> =
+            (0..10_000).map(|i| prefix_for(&format!("run-{i}"))).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids.iter().all(|p| p.len() == 13));
     }
 
     #[test]
