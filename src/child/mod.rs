@@ -2,10 +2,10 @@
 //! forwarded, the timeout, and the exit status mapped as `env` and `timeout`
 //! map it.
 //!
-//! runws forks and, in the child, performs only async-signal-safe calls on
-//! data built before the fork. The child then waits at a gate until runws has
-//! recorded its pid in the manifest, so the manifest never shows a running
-//! run without its process. An `execve` failure travels back through a
+//! runws creates the child without copying itself (`clone(CLONE_VM)`, see
+//! [`launch`]); the child makes only direct system calls on data built
+//! before, then waits at a gate until runws has recorded its pid in the
+//! manifest, so the manifest never shows a running run without its process. An `execve` failure travels back through a
 //! close-on-exec pipe as an errno: ENOENT becomes 127, anything else 126.
 //! runws does not wait for the `execve`: it reads that pipe once the child
 //! has ended, and meanwhile does its own work on the other core.
@@ -28,10 +28,12 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 mod in_process;
+mod launch;
 
 use in_process::{
     PidNamespaceForChildren, close_on_exec_now, hide_command_line_and_environment, single_threaded,
 };
+use launch::Launch;
 
 use crate::error::{Error, IoContext, Result};
 use crate::exit;
@@ -128,11 +130,12 @@ pub struct Spec {
     pub pid_namespace: bool,
 }
 
-/// A forked child waiting at its gate.
+/// A child waiting at its gate.
 pub struct Paused {
     pid: Pid,
     gate: OwnedFd,
     errors: OwnedFd,
+    shared: Option<launch::Shared>,
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
@@ -151,7 +154,7 @@ pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Forks the child; it stops at the gate until [`Paused::open_gate`].
+/// Creates the child; it stops at the gate until [`Paused::open_gate`].
 pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let program = cstring(spec.program.as_os_str().as_bytes(), "the command path")?;
     let argv: Vec<CString> =
@@ -163,7 +166,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         kv.extend_from_slice(v.as_bytes());
         envs.push(cstring(&kv, "an environment value")?);
     }
-    // LISTEN_PID must name the child, known only after the fork: the child
+    // LISTEN_PID must name the child, known only once it exists: the child
     // writes its pid into this preallocated buffer.
     let mut listen_pid: Vec<u8> = b"LISTEN_PID=".to_vec();
     let pid_offset = listen_pid.len();
@@ -177,7 +180,6 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         env_ptrs.push(listen_pid.as_ptr() as *const libc::c_char);
     }
     env_ptrs.push(std::ptr::null());
-    let listen_pid_ptr = listen_pid.as_mut_ptr();
 
     let (gate_r, gate_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "runws")?;
@@ -189,164 +191,95 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let stderr = spec.stderr.map(high_fd).transpose()?;
     let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
     let listen_raw: Vec<RawFd> = listen.iter().map(|f| f.as_raw_fd()).collect();
-    let (gate_raw, err_raw) = (gate_r.as_raw_fd(), err_w.as_raw_fd());
-    let (out_raw, errfd_raw) =
-        (stdout.as_ref().map(|f| f.as_raw_fd()), stderr.as_ref().map(|f| f.as_raw_fd()));
-    let foreground = spec.foreground;
+    let keep_raw: Vec<RawFd> = spec.keep.iter().map(|f| f.as_raw_fd()).collect();
     let in_process = spec.in_process.filter(|_| single_threaded());
-    let keep = spec.keep;
-    let in_process_keep = spec.in_process_keep;
-    let in_process_keep_raw: Vec<RawFd> = in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
-    let pid_namespace =
-        if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
-    let keep_raw: Vec<RawFd> = keep.iter().map(|f| f.as_raw_fd()).collect();
+    let mut launch = Box::new(Launch {
+        program: program.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: env_ptrs.as_ptr(),
+        cwd: cwd.as_ptr(),
+        gate: gate_r.as_raw_fd(),
+        errors: err_w.as_raw_fd(),
+        stdout: stdout.as_ref().map(|f| f.as_raw_fd()),
+        stderr: stderr.as_ref().map(|f| f.as_raw_fd()),
+        listen: listen_raw.as_ptr(),
+        listen_len: listen_raw.len(),
+        keep: keep_raw.as_ptr(),
+        keep_len: keep_raw.len(),
+        listen_pid: None,
+        foreground: spec.foreground,
+        die_with_parent: in_process.is_some(),
+    });
+    if !listen_raw.is_empty() {
+        // SAFETY: within the buffer, which has 24 bytes after the offset.
+        launch.listen_pid = Some(unsafe { listen_pid.as_mut_ptr().add(pid_offset) });
+    }
+    // The fds the child inherits are closed here once it exists (it has its
+    // own copies); the pipes' other ends stay with runws.
+    let inherited = (gate_r, err_w, stdout, stderr, listen, spec.keep);
 
-    // SAFETY: after fork the child calls only async-signal-safe functions (setpgid, tcsetpgrp, signal, dup2, fcntl, chdir, read, sigprocmask, execve, write, _exit) on memory prepared above, except `in_process`, which is kept only when this process has a single thread, so no lock can be held by a thread the child lacks.
-    match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
-        nix::unistd::ForkResult::Child => {
-            // SAFETY: see above; every pointer refers to memory owned by this (copied) address space and valid until execve.
-            unsafe {
-                child_after_fork(ChildFds {
-                    program: program.as_ptr(),
-                    argv: argv_ptrs.as_ptr(),
-                    envp: env_ptrs.as_ptr(),
-                    cwd: cwd.as_ptr(),
-                    gate: gate_raw,
-                    errors: err_raw,
-                    stdout: out_raw,
-                    stderr: errfd_raw,
-                    listen: &listen_raw,
-                    keep: &keep_raw,
-                    listen_pid: if listen_raw.is_empty() {
-                        None
-                    } else {
-                        Some(listen_pid_ptr.add(pid_offset))
-                    },
-                    foreground,
-                    in_process,
-                    in_process_keep: &in_process_keep_raw,
-                })
+    let (child, shared) = match in_process {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        None if launch::SHARED_MEMORY_START => {
+            // Every buffer the child reads moves into `held`; moving a Vec or
+            // CString does not move its heap bytes, which the pointers name.
+            let held: Box<dyn std::any::Any> =
+                Box::new((program, argv, envs, listen_pid, cwd, argv_ptrs, env_ptrs, listen_raw, keep_raw));
+            // SAFETY: `launch` points only into `held`, which clone_vm keeps until the child ended.
+            let (pid, shared) =
+                unsafe { launch::clone_vm(launch, held) }.ctx("cannot start", &spec.program)?;
+            (pid, Some(shared))
+        }
+        in_process => {
+            let in_process_keep_raw: Vec<RawFd> =
+                spec.in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
+            let pid_namespace = if in_process.is_some() && spec.pid_namespace {
+                PidNamespaceForChildren::enter()
+            } else {
+                None
+            };
+            // SAFETY: after fork the child makes direct system calls on memory prepared above (launch::prepare, launch::exec), except `in_process`, which is kept only when this process has a single thread, so no lock can be held by a thread the child lacks.
+            match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
+                nix::unistd::ForkResult::Child => {
+                    // SAFETY: see above; the pointers refer to this (copied) address space.
+                    unsafe { child_after_fork(&launch, in_process, &in_process_keep_raw) }
+                }
+                nix::unistd::ForkResult::Parent { child } => {
+                    drop(pid_namespace);
+                    drop(spec.in_process_keep);
+                    (child, None)
+                }
             }
         }
-        nix::unistd::ForkResult::Parent { child } => {
-            drop(pid_namespace);
-            // Also set the group from this side, so a signal forwarded before
-            // the child ran its first instruction still reaches the group.
-            let _ = nix::unistd::setpgid(child, child);
-            drop((gate_r, err_w, stdout, stderr, listen, keep, in_process_keep));
-            Ok(Paused { pid: child, gate: gate_w, errors: err_r })
-        }
-    }
-}
-
-struct ChildFds<'a> {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    cwd: *const libc::c_char,
-    gate: RawFd,
-    errors: RawFd,
-    stdout: Option<RawFd>,
-    stderr: Option<RawFd>,
-    listen: &'a [RawFd],
-    keep: &'a [RawFd],
-    listen_pid: Option<*mut u8>,
-    foreground: bool,
-    in_process: Option<Box<dyn FnOnce() -> u8>>,
-    in_process_keep: &'a [RawFd],
+    };
+    // Also set the group from this side, so a signal forwarded before the
+    // child ran its first instruction still reaches the group.
+    let _ = nix::unistd::setpgid(child, child);
+    drop(inherited);
+    Ok(Paused { pid: child, gate: gate_w, errors: err_r, shared })
 }
 
 /// Runs in the forked child. Never returns.
-unsafe fn child_after_fork(c: ChildFds<'_>) -> ! {
-    // SAFETY (whole function): only async-signal-safe libc calls on descriptors and buffers prepared before the fork.
+///
+/// # Safety
+/// Only in a forked child, with `l`'s pointers valid in it.
+unsafe fn child_after_fork(l: &Launch, in_process: Option<Box<dyn FnOnce() -> u8>>, keep: &[RawFd]) -> ! {
+    // SAFETY (whole function): see the contract; `in_process` runs only when runws had one thread.
     unsafe {
-        let fail = |errno: i32| -> ! {
-            let bytes = errno.to_ne_bytes();
-            libc::write(c.errors, bytes.as_ptr() as *const libc::c_void, 4);
-            libc::_exit(127)
-        };
-        libc::setpgid(0, 0);
-        if c.foreground {
-            libc::tcsetpgrp(0, libc::getpid());
+        launch::prepare(l);
+        let Some(run) = in_process else { launch::exec(l) };
+        // No exec closes runws's close-on-exec descriptors: close them
+        // here, so the child holds exactly what an exec would have kept
+        // (and what the init alone needs).
+        for fd in keep {
+            libc::fcntl(*fd, libc::F_SETFD, 0);
         }
-        // Rust ignores SIGPIPE; an ignored disposition would survive exec.
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if let Some(fd) = c.stdout
-            && libc::dup2(fd, 1) < 0
-        {
-            fail(*libc::__errno_location());
-        }
-        if let Some(fd) = c.stderr
-            && libc::dup2(fd, 2) < 0
-        {
-            fail(*libc::__errno_location());
-        }
-        for (i, fd) in c.listen.iter().enumerate() {
-            if libc::dup2(*fd, 3 + i as i32) < 0 {
-                fail(*libc::__errno_location());
-            }
-        }
-        for fd in c.keep {
-            if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
-                fail(*libc::__errno_location());
-            }
-        }
-        if let Some(buf) = c.listen_pid {
-            let mut pid = libc::getpid() as u32;
-            let mut digits = [0u8; 12];
-            let mut n = 0;
-            loop {
-                digits[n] = b'0' + (pid % 10) as u8;
-                n += 1;
-                pid /= 10;
-                if pid == 0 {
-                    break;
-                }
-            }
-            for i in 0..n {
-                *buf.add(i) = digits[n - 1 - i];
-            }
-            *buf.add(n) = 0;
-        }
-        if libc::chdir(c.cwd) < 0 {
-            fail(*libc::__errno_location());
-        }
-        if c.in_process.is_some() {
-            // The init dies with runws; set before the gate, so that a runws
-            // gone earlier is seen as the gate's end of file.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        }
-        let mut byte = 0u8;
-        loop {
-            let n = libc::read(c.gate, &mut byte as *mut u8 as *mut libc::c_void, 1);
-            if n == 1 {
-                break;
-            }
-            if n < 0 && *libc::__errno_location() == libc::EINTR {
-                continue;
-            }
-            // runws gave up on this run before it started.
-            libc::_exit(125);
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        if let Some(run) = c.in_process {
-            // No exec closes runws's close-on-exec descriptors: close them
-            // here, so the child holds exactly what an exec would have kept
-            // (and what the init alone needs).
-            for fd in c.in_process_keep {
-                libc::fcntl(*fd, libc::F_SETFD, 0);
-            }
-            close_on_exec_now();
-            hide_command_line_and_environment();
-            // A panic must end this child here: unwinding would run runws's
-            // own destructors (its lease, its files) in a copy of runws.
-            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(exit::FAILURE);
-            libc::_exit(code as i32);
-        }
-        libc::execve(c.program, c.argv, c.envp);
-        fail(*libc::__errno_location())
+        close_on_exec_now();
+        hide_command_line_and_environment();
+        // A panic must end this child here: unwinding would run runws's
+        // own destructors (its lease, its files) in a copy of runws.
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(exit::FAILURE);
+        libc::_exit(code as i32)
     }
 }
 
@@ -360,7 +293,7 @@ impl Paused {
     /// see [`Started::exec_error`]).
     pub fn open_gate(self, program: &Path) -> Result<Started> {
         nix::unistd::write(self.gate.as_fd(), &[1u8]).ctx("cannot start", program)?;
-        Ok(Started { pid: self.pid, errors: self.errors })
+        Ok(Started { pid: self.pid, errors: self.errors, _shared: self.shared })
     }
 
     /// Gives up on the child before it ran: closing the gate ends it.
@@ -368,6 +301,7 @@ impl Paused {
         let pid = self.pid;
         drop(self.gate);
         let _ = waitpid(pid, None);
+        drop(self.shared);
     }
 }
 
@@ -375,6 +309,8 @@ impl Paused {
 pub struct Started {
     pid: Pid,
     errors: OwnedFd,
+    /// Freed once the child has ended (see [`launch::Shared`]).
+    _shared: Option<launch::Shared>,
 }
 
 impl Started {
