@@ -89,17 +89,21 @@ pub struct Reserved<'a> {
 
 impl Reserved<'_> {
     /// Makes the (still empty) temp file and its directory entry durable
-    /// now, so the write that fills it later syncs only its own bytes. On
-    /// ext4 that also syncs each parent directory created since the last sync.
+    /// now, so the write that fills it later syncs only its own bytes.
     pub fn sync_entry(&self) -> Result<()> {
         match &self.file {
-            Some(f) => f.sync_all().ctx("cannot sync", self.dir.join(&self.tmp)),
+            Some(f) => {
+                f.sync_all().ctx("cannot sync", self.dir.join(&self.tmp))?;
+                self.dir.sync()
+            }
             None => Ok(()),
         }
     }
     /// Fills the temp file, syncs it and renames it over the name it was
-    /// reserved for; with `durable` the directory is synced too. On any
-    /// error the temp file is removed and the old file is left as it was.
+    /// reserved for; with `durable` the directory is synced too (without,
+    /// the bytes are durable under the temp name once this returns, and the
+    /// rename reaches the disk later). On any error the temp file is
+    /// removed and the old file is left as it was.
     pub fn replace_with<T>(
         mut self,
         durable: bool,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
-use crate::fsx::{Dir, Reserved};
+use crate::fsx::{Dir, DirLock, Reserved};
 use crate::workspace::{FINAL_TEMP, MANIFEST};
 
 /// The manifest schema this runws writes.
@@ -234,9 +234,57 @@ pub fn now_plus(d: Duration) -> String {
 }
 
 /// Reads and parses the manifest of the run directory `dir`.
+///
+/// A run's final record is durable in its temp file (`FINAL_TEMP`) before
+/// it is renamed over `manifest.json`, and runws does not wait for that
+/// rename to reach the disk (see [`update_reserved`]). So when
+/// `manifest.json` still says `running` (or is missing or unreadable) and
+/// the temp file holds a complete record of an ended run, that record is
+/// the run's: the machine stopped, or runws was killed, between the two.
+/// Under the lock, [`read_settled`] also moves it into place.
 pub fn read(dir: &Dir) -> Result<Manifest> {
-    let path = dir.join(MANIFEST);
-    let Some(mut file) = dir.open_read(MANIFEST)? else {
+    let current = read_named(dir, MANIFEST);
+    if matches!(&current, Ok(m) if m.status != Status::Running) {
+        return current;
+    }
+    left_in_final_temp(dir, &current).map_or(current, Ok)
+}
+
+/// [`read`] for a holder of the run's lock: a final record left in its temp
+/// file is first renamed over `manifest.json` (durably), as the runws that
+/// wrote it would have, so the directory holds it where every tool looks.
+pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
+    let current = read_named(dir, MANIFEST);
+    if matches!(&current, Ok(m) if m.status != Status::Running) {
+        return current;
+    }
+    match left_in_final_temp(dir, &current) {
+        Some(ended) => {
+            dir.rename(FINAL_TEMP, MANIFEST)?;
+            dir.sync()?;
+            Ok(ended)
+        }
+        None => current,
+    }
+}
+
+/// Takes the lock and settles the manifest (see [`read_settled`]).
+pub fn settle(dir: &Dir) -> Result<Manifest> {
+    let lock = dir.lock()?;
+    read_settled(dir, &lock)
+}
+
+/// A complete record of an ended run in `FINAL_TEMP`, of the same run as
+/// `current` when that could be read.
+fn left_in_final_temp(dir: &Dir, current: &Result<Manifest>) -> Option<Manifest> {
+    let ended = read_named(dir, FINAL_TEMP).ok()?;
+    let same_run = current.as_ref().map_or(true, |m| m.run_id == ended.run_id);
+    (ended.status != Status::Running && same_run).then_some(ended)
+}
+
+fn read_named(dir: &Dir, name: &str) -> Result<Manifest> {
+    let path = dir.join(name);
+    let Some(mut file) = dir.open_read(name)? else {
         return Err(Error::ManifestMissing { path });
     };
     let mut bytes = Vec::new();
@@ -272,8 +320,8 @@ pub fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::PendingSync> {
 /// Like [`update`], but the new manifest is only renamed into place, not
 /// synced: the caller syncs the file system once after many updates.
 pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
-    let _lock = dir.lock()?;
-    let mut m = read(dir)?;
+    let lock = dir.lock()?;
+    let mut m = read_settled(dir, &lock)?;
     let value = change(&mut m)?;
     dir.write_atomic_unsynced(MANIFEST, &m.to_json(), 0o644)?;
     Ok(value)
@@ -282,8 +330,8 @@ pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Resul
 /// Read-modify-write under the run directory's lock. `change` sees the
 /// current manifest; when it returns an error nothing is written.
 pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
-    let _lock = dir.lock()?;
-    let mut m = read(dir)?;
+    let lock = dir.lock()?;
+    let mut m = read_settled(dir, &lock)?;
     let value = change(&mut m)?;
     write(dir, &m, durable)?;
     Ok(value)
@@ -298,16 +346,22 @@ pub fn reserve(dir: &Dir) -> Result<Reserved<'_>> {
     Ok(slot)
 }
 
-/// [`update`], durable, through a temp file made by [`reserve`].
+/// [`update`], durable, through a temp file made by [`reserve`]: a run's
+/// final record. Durable with one flush instead of two: the temp file's
+/// entry reached the disk when it was reserved, so syncing its bytes makes
+/// the record durable under that name; the rename over `manifest.json`
+/// reaches the disk later, and until it does [`read`] takes the record
+/// from the temp file.
 pub fn update_reserved<T>(
     dir: &Dir,
     slot: Reserved<'_>,
     change: impl FnOnce(&mut Manifest) -> Result<T>,
 ) -> Result<T> {
     let _lock = dir.lock()?;
-    let mut m = read(dir)?;
+    // The temp file is this slot's own (still empty): no need to look at it.
+    let mut m = read_named(dir, MANIFEST)?;
     let value = change(&mut m)?;
     let bytes = m.to_json();
-    slot.replace_with(true, |f| std::io::Write::write_all(f, &bytes))?;
+    slot.replace_with(false, |f| std::io::Write::write_all(f, &bytes))?;
     Ok(value)
 }

@@ -399,7 +399,7 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
         return report(id, status, "skipped", "its manifest is locked (a stopped process holds it)");
     };
     let taken = (|| -> Result<std::result::Result<Manifest, String>> {
-        let mut m = manifest::read(&run.dir)?;
+        let mut m = manifest::read_settled(&run.dir, &lock)?;
         if m.status == Status::Running {
             if let Some(why) = still_owned(&m, SystemTime::now()) {
                 return Ok(Err(why));

@@ -171,7 +171,9 @@ pub struct Target<'a> {
 pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     let started = Instant::now();
     let deadline = started + opts.deadline;
-    let m = manifest::read(&run.dir)?;
+    // A final record still in its temp file is moved into place first, so
+    // the archive holds it as manifest.json.
+    let m = manifest::settle(&run.dir)?;
     if m.status == Status::Running {
         return Err(Error::Usage(format!(
             "run `{}` is still running; seal it after it ends (or use `runws run --seal`)",

@@ -301,3 +301,81 @@ fn claimed_worktrees_and_branches_are_removed() {
         .unwrap();
     assert!(String::from_utf8_lossy(&branches.stdout).trim().is_empty());
 }
+
+/// The disk as a machine that stopped at the wrong moment leaves it: runws
+/// made a run's final record durable in its temp file, but the rename over
+/// manifest.json never reached the disk, so manifest.json still holds the
+/// first record (running, its runws gone, its lease run out).
+fn stop_before_the_final_rename(env: &Env, id: &str, final_temp: Option<&[u8]>) {
+    let dir = env.run_dir(id);
+    let done = std::fs::read(dir.join("manifest.json")).unwrap();
+    let mut first: serde_json::Value = serde_json::from_slice(&done).unwrap();
+    first["status"] = "running".into();
+    for field in ["finished_at", "exit_code"] {
+        first[field] = serde_json::Value::Null;
+    }
+    std::fs::write(dir.join("manifest.json"), serde_json::to_vec_pretty(&first).unwrap()).unwrap();
+    std::fs::write(dir.join(".manifest.json.final"), final_temp.unwrap_or(&done)).unwrap();
+}
+
+#[test]
+fn a_final_record_left_in_its_temp_file_is_the_runs_record() {
+    let env = Env::new();
+    env.sh("producer", "printf data | runws put result").ok();
+    stop_before_the_final_rename(&env, "producer", None);
+    let dir = env.run_dir("producer");
+
+    let shown = env.run(&["show", "producer", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&shown.ok().stdout).unwrap();
+    assert_eq!(v["status"], "succeeded", "{}", shown.stdout);
+    // A consumer may import from it: its producer did finish successfully.
+    env.sh("consumer", "runws import producer result && cat \"$RUNWS_DIR/inputs/producer/result\"")
+        .ok()
+        .stdout_has("data");
+    // The reaper does not call it abandoned; its update writes the record
+    // where it belongs and the temp file goes.
+    env.run(&["reap"]).ok();
+    assert!(!dir.join(".manifest.json.final").exists());
+    let m = env.manifest("producer");
+    assert_eq!(m["status"], "succeeded", "{m}");
+    assert_eq!(m["reap"]["was"], "succeeded", "{m}");
+    assert!(!dir.join(".manifest.json.final").exists());
+    assert!(!dir.join("home").exists(), "a finished run's scratch is reaped");
+}
+
+#[test]
+fn a_partial_final_record_is_ignored() {
+    let env = Env::new();
+    env.sh("cut", "true").ok();
+    let done = std::fs::read(env.run_dir("cut").join("manifest.json")).unwrap();
+    // Cut anywhere, even just before the closing brace: never a record.
+    for len in [0, 1, done.len() / 2, done.len() - 3] {
+        stop_before_the_final_rename(&env, "cut", Some(&done[..len]));
+        let shown = env.run(&["show", "cut", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&shown.ok().stdout).unwrap();
+        assert_ne!(v["status"], "succeeded", "cut at {len}: {}", shown.stdout);
+        std::fs::write(env.run_dir("cut").join("manifest.json"), &done).unwrap();
+    }
+    stop_before_the_final_rename(&env, "cut", Some(&done[..done.len() / 2]));
+    env.run(&["reap"]).ok();
+    assert_eq!(env.manifest("cut")["status"], "abandoned");
+}
+
+#[test]
+fn a_seal_moves_a_final_record_left_in_its_temp_file_into_place() {
+    let env = Env::new();
+    env.sh("s", "true").ok();
+    stop_before_the_final_rename(&env, "s", None);
+    env.run(&["seal", "s"]).ok();
+    let archive = env.root.join("archive/sh/s.tar.zst");
+    let out = std::process::Command::new("tar")
+        .args(["--zstd", "-xOf"])
+        .arg(&archive)
+        .arg("manifest.json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let packed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(packed["status"], "succeeded");
+    assert!(!env.run_dir("s").join(".manifest.json.final").exists());
+}
