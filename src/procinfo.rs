@@ -17,6 +17,42 @@ pub fn stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&read_stat(&pid.to_string())?)
 }
 
+/// Brackets the creation of a child by the clock the kernel stamps it with
+/// (the boot-time clock, read in clock ticks as `/proc/<pid>/stat` shows
+/// it), to learn the child's start time without reading `/proc`.
+pub struct Bracket {
+    before: std::time::Duration,
+}
+
+fn boot_clock() -> Option<std::time::Duration> {
+    let mut t = nix::libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    if unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_BOOTTIME, &mut t) } != 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(u64::try_from(t.tv_sec).ok()?, u32::try_from(t.tv_nsec).ok()?))
+}
+
+impl Bracket {
+    /// Call just before creating the child.
+    pub fn open() -> Bracket {
+        Bracket { before: boot_clock().unwrap_or_default() }
+    }
+
+    /// Call just after: the child's start time when the whole bracket lies
+    /// within one clock tick (it spans microseconds, a tick is usually
+    /// 10 ms), so that tick is the one the kernel recorded; `None` when it
+    /// straddles two, and the caller reads [`stat`] instead.
+    pub fn start_time(&self) -> Option<u64> {
+        let after = boot_clock()?;
+        // SAFETY: sysconf only reads a value glibc already holds.
+        let per_second = u128::try_from(unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) }).ok()?;
+        let tick = 1_000_000_000u128.checked_div(per_second)?;
+        let (a, b) = (self.before.as_nanos() / tick, after.as_nanos() / tick);
+        (self.before > std::time::Duration::ZERO && a == b).then_some(a as u64)
+    }
+}
+
 /// Where this process's argument and environment strings lie in its memory
 /// (what /proc/self/cmdline and /proc/self/environ show), as the kernel
 /// records them: `((arg_start, arg_end), (env_start, env_end))`.
@@ -121,6 +157,24 @@ mod tests {
         let line = "123 (a) b (c)) S 1 77 77 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 0 0";
         let s = parse_stat(line).unwrap();
         assert_eq!(s, ProcStat { state: 'S', ppid: 1, pgid: 77, start_time: 98765 });
+    }
+
+    #[test]
+    fn a_bracketed_start_time_is_the_one_proc_shows() {
+        let mut known = 0;
+        for _ in 0..200 {
+            let bracket = Bracket::open();
+            let mut child = std::process::Command::new("sleep").arg("1").spawn().unwrap();
+            let guess = bracket.start_time();
+            let actual = stat(child.id() as i32).unwrap().start_time;
+            child.kill().unwrap();
+            child.wait().unwrap();
+            if let Some(guess) = guess {
+                assert_eq!(guess, actual);
+                known += 1;
+            }
+        }
+        assert!(known > 100, "the bracket straddled a tick {} times in 200", 200 - known);
     }
 
     #[test]

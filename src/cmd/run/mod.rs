@@ -201,16 +201,15 @@ fn run_in(
     let took_terminal = spec.foreground;
 
     // Fork, record the child, then let it exec.
+    let bracket = procinfo::Bracket::open();
     let paused = match child::spawn_paused(spec) {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e),
     };
     let pid = paused.pid();
-    m.child = Some(ChildRecord {
-        pid: pid.as_raw(),
-        pgid: pid.as_raw(),
-        start_time: procinfo::stat(pid.as_raw()).map(|s| s.start_time).unwrap_or(0),
-    });
+    let start_time =
+        bracket.start_time().or_else(|| procinfo::stat(pid.as_raw()).map(|s| s.start_time)).unwrap_or(0);
+    m.child = Some(ChildRecord { pid: pid.as_raw(), pgid: pid.as_raw(), start_time });
     // The record must exist before the command runs; reaching the disk
     // happens while it runs.
     let first_sync = match manifest::write_first(&run.dir, &m) {
