@@ -88,14 +88,13 @@ pub struct Reserved<'a> {
 }
 
 impl Reserved<'_> {
-    /// Makes the (still empty) temp file and its directory entry durable
-    /// now, so the write that fills it later syncs only its own bytes.
+    /// Makes the temp file's directory entry durable now (one flush), so
+    /// that the write that fills it later needs one flush of its own: that
+    /// file sync makes its bytes and its inode durable, and the entry
+    /// naming it already is.
     pub fn sync_entry(&self) -> Result<()> {
         match &self.file {
-            Some(f) => {
-                f.sync_all().ctx("cannot sync", self.dir.join(&self.tmp))?;
-                self.dir.sync()
-            }
+            Some(_) => self.dir.sync(),
             None => Ok(()),
         }
     }

@@ -337,9 +337,9 @@ pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) ->
     Ok(value)
 }
 
-/// Creates and syncs now the temp file of a later [`update_reserved`], so
-/// that when the update comes (a run's final record) only its bytes remain
-/// to write and sync.
+/// Creates the temp file of a later [`update_reserved`] and makes its
+/// directory entry durable now, so that when the update comes (a run's
+/// final record) only the file itself remains to write and sync.
 pub fn reserve(dir: &Dir) -> Result<Reserved<'_>> {
     let slot = dir.reserve_named(MANIFEST, FINAL_TEMP, 0o644)?;
     slot.sync_entry()?;
@@ -348,7 +348,7 @@ pub fn reserve(dir: &Dir) -> Result<Reserved<'_>> {
 
 /// [`update`], durable, through a temp file made by [`reserve`]: a run's
 /// final record. Durable with one flush instead of two: the temp file's
-/// entry reached the disk when it was reserved, so syncing its bytes makes
+/// entry reached the disk when it was reserved, so syncing the file makes
 /// the record durable under that name; the rename over `manifest.json`
 /// reaches the disk later, and until it does [`read`] takes the record
 /// from the temp file.
