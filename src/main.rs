@@ -12,7 +12,6 @@
 #[cfg(not(test))]
 mod entry {
     use std::ffi::{c_char, c_int};
-    use std::io::Write;
 
     use nix::libc;
 
@@ -26,8 +25,9 @@ mod entry {
         // A panic is runws failing: report it as such (the panic message is
         // already on stderr) instead of unwinding out of a C entry point.
         let code = std::panic::catch_unwind(runws::cmd::main).unwrap_or(runws::exit::FAILURE);
-        let _ = std::io::stdout().flush();
-        c_int::from(code)
+        // std's exit flushes stdout only if no thread holds it (a capture
+        // tee left writing to a stalled reader must not hang runws here).
+        std::process::exit(i32::from(code))
     }
 
     /// Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed, so

@@ -247,7 +247,13 @@ pub fn read(dir: &Dir) -> Result<Manifest> {
     if matches!(&current, Ok(m) if m.status != Status::Running) {
         return current;
     }
-    left_in_final_temp(dir, &current).map_or(current, Ok)
+    match left_in_final_temp(dir, &current) {
+        Some(Ok(ended)) => Ok(ended),
+        // No temp file: a holder of the lock may have just renamed it into
+        // place after `current` was read.
+        None => read_named(dir, MANIFEST),
+        Some(Err(())) => current,
+    }
 }
 
 /// [`read`] for a holder of the run's lock: a final record left in its temp
@@ -259,27 +265,48 @@ pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
         return current;
     }
     match left_in_final_temp(dir, &current) {
-        Some(ended) => {
+        Some(Ok(ended)) => {
+            // A runws killed after writing the record but before syncing it
+            // left bytes that may not be on disk yet: sync them before the
+            // rename makes them the only record.
+            if let Some(file) = dir.open_read(FINAL_TEMP)? {
+                file.sync_all().map_err(|e| Error::io("cannot sync", dir.join(FINAL_TEMP), e))?;
+            }
             dir.rename(FINAL_TEMP, MANIFEST)?;
             dir.sync()?;
             Ok(ended)
         }
-        None => current,
+        _ => current,
     }
 }
 
-/// Takes the lock and settles the manifest (see [`read_settled`]).
-pub fn settle(dir: &Dir) -> Result<Manifest> {
-    let lock = dir.lock()?;
-    read_settled(dir, &lock)
+/// Settles the manifest (see [`read_settled`]) when it needs it, waiting at
+/// most `wait` for the lock; a manifest that needs nothing is not locked.
+pub fn settle(dir: &Dir, wait: std::time::Duration) -> Result<Manifest> {
+    let current = read_named(dir, MANIFEST);
+    if matches!(&current, Ok(m) if m.status != Status::Running) {
+        return current;
+    }
+    match dir.lock_within(wait)? {
+        Some(lock) => read_settled(dir, &lock),
+        None => Err(Error::Other(format!(
+            "the manifest in `{}` is locked (a stopped process holds it); try again",
+            dir.path().display()
+        ))),
+    }
 }
 
-/// A complete record of an ended run in `FINAL_TEMP`, of the same run as
-/// `current` when that could be read.
-fn left_in_final_temp(dir: &Dir, current: &Result<Manifest>) -> Option<Manifest> {
-    let ended = read_named(dir, FINAL_TEMP).ok()?;
+/// What `FINAL_TEMP` holds: `None` when there is no such file,
+/// `Some(Ok(..))` for a complete record of an ended run (of the same run as
+/// `current` when that could be read), `Some(Err(()))` for anything else.
+fn left_in_final_temp(dir: &Dir, current: &Result<Manifest>) -> Option<std::result::Result<Manifest, ()>> {
+    let ended = match read_named(dir, FINAL_TEMP) {
+        Err(Error::ManifestMissing { .. }) => return None,
+        Err(_) => return Some(Err(())),
+        Ok(m) => m,
+    };
     let same_run = current.as_ref().map_or(true, |m| m.run_id == ended.run_id);
-    (ended.status != Status::Running && same_run).then_some(ended)
+    Some(if ended.status != Status::Running && same_run { Ok(ended) } else { Err(()) })
 }
 
 fn read_named(dir: &Dir, name: &str) -> Result<Manifest> {

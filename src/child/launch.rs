@@ -27,6 +27,9 @@ pub(super) struct Launch {
     pub envp: *const *const libc::c_char,
     pub cwd: *const libc::c_char,
     pub gate: RawFd,
+    /// runws's end of the gate: the child closes its own copy of it, so
+    /// that the gate reads end-of-file once runws has closed it or died.
+    pub gate_writer: RawFd,
     pub errors: RawFd,
     pub stdout: Option<RawFd>,
     pub stderr: Option<RawFd>,
@@ -39,8 +42,9 @@ pub(super) struct Launch {
     /// Where the child writes its pid, NUL-terminated (LISTEN_PID's value).
     pub listen_pid: Option<*mut u8>,
     pub foreground: bool,
-    /// Die with runws (set before the gate, so a runws gone earlier shows
-    /// as the gate's end of file).
+    /// Die with runws. Set before the gate, so that a runws gone before
+    /// that shows as the gate's end of file instead (the child holds no
+    /// copy of the gate's write end).
     pub die_with_parent: bool,
 }
 
@@ -98,6 +102,60 @@ unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
     }
 }
 
+/// SIGPIPE back to its default: runws ignores it, and an ignored
+/// disposition survives exec.
+///
+/// # Safety
+/// Only in the child.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn default_sigpipe() -> isize {
+    // The kernel's sigaction with every field zero is SIG_DFL, no flags, an
+    // empty mask (32 bytes with the restorer on both architectures).
+    let default = [0usize; 4];
+    // SAFETY: rt_sigaction reads the 32 bytes above; 8 is these kernels' sigset size.
+    unsafe { sys(libc::SYS_rt_sigaction, libc::SIGPIPE as usize, default.as_ptr() as usize, 0, 8) }
+}
+
+/// Unblocks every signal (runws blocks those it reads from its signalfd).
+///
+/// # Safety
+/// Only in the child.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn unblock_signals() {
+    let empty = 0u64;
+    // SAFETY: reads the 8-byte set above.
+    unsafe { sys(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &empty as *const u64 as usize, 0, 8) };
+}
+
+/// SIGPIPE back to its default, through libc where the kernel's structures
+/// differ by architecture (these only fork, so the child may use libc).
+///
+/// # Safety
+/// Only in a forked child.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn default_sigpipe() -> isize {
+    // SAFETY: signal(2) is async-signal-safe.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+        -(libc::EINVAL as isize)
+    } else {
+        0
+    }
+}
+
+/// Unblocks every signal, through libc.
+///
+/// # Safety
+/// Only in a forked child.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn unblock_signals() {
+    // SAFETY: sigemptyset and sigprocmask on a local set; both async-signal-safe.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
 /// Whether this architecture starts children with `clone(CLONE_VM)`; the
 /// others fork.
 pub(super) const SHARED_MEMORY_START: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
@@ -128,7 +186,7 @@ fn unreachable_end() -> ! {
 /// terminal's foreground, when runws had it), SIGPIPE back to default, the
 /// descriptors in place, LISTEN_PID, the working directory; then it waits
 /// until runws has recorded it. Returns once the gate opened; ends the child
-/// with 125 when runws closed the gate instead, or reports an errno.
+/// with 125 when runws closed the gate or died instead, or reports an errno.
 ///
 /// # Safety
 /// Only in a child created by [`clone_vm`] or `fork`, with `l`'s pointers
@@ -142,16 +200,16 @@ pub(super) unsafe fn prepare(l: &Launch) {
                 fail(l.errors, -r);
             }
         };
+        // Only runws's copy of the gate's other end may keep it open: with
+        // this one closed (first, before descriptors are placed over low
+        // numbers), the gate reads end-of-file once runws closes it or dies.
+        sys(libc::SYS_close, l.gate_writer as usize, 0, 0, 0);
         sys(libc::SYS_setpgid, 0, 0, 0, 0);
         if l.foreground {
             let pid = sys(libc::SYS_getpid, 0, 0, 0, 0) as libc::pid_t;
             sys(libc::SYS_ioctl, 0, libc::TIOCSPGRP as usize, &pid as *const libc::pid_t as usize, 0);
         }
-        // runws ignores SIGPIPE, and an ignored disposition survives exec.
-        // The kernel's sigaction with every field zero is SIG_DFL, no flags,
-        // an empty mask, whatever the architecture's layout.
-        let default = [0usize; 4];
-        check(sys(libc::SYS_rt_sigaction, libc::SIGPIPE as usize, default.as_ptr() as usize, 0, 8));
+        check(default_sigpipe());
         let place = |from: RawFd, to: RawFd| {
             if from == to {
                 check(sys(libc::SYS_fcntl, from as usize, libc::F_SETFD as usize, 0, 0));
@@ -206,8 +264,7 @@ pub(super) unsafe fn prepare(l: &Launch) {
             unreachable_end();
         }
         // The signals runws reads from its signalfd are blocked here too.
-        let empty = 0u64;
-        sys(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &empty as *const u64 as usize, 0, 8);
+        unblock_signals();
     }
 }
 
@@ -240,6 +297,9 @@ pub(super) struct Shared {
     pid: Pid,
     stack: *mut c_void,
     stack_len: usize,
+    /// From `Box::into_raw`: the child reads through it, so no `Box` (which
+    /// would claim it alone) exists until the child has ended.
+    launch: *mut Launch,
     held: Option<Box<dyn std::any::Any>>,
 }
 
@@ -252,8 +312,11 @@ impl Drop for Shared {
             _ => false,
         };
         if ended {
-            // SAFETY: the mapping made by clone_vm, used by no one now that the child ended.
-            unsafe { libc::munmap(self.stack, self.stack_len) };
+            // SAFETY: the mapping and the Launch made by clone_vm, used by no one now that the child ended.
+            unsafe {
+                libc::munmap(self.stack, self.stack_len);
+                drop(Box::from_raw(self.launch));
+            }
         } else if let Some(held) = self.held.take() {
             std::mem::forget(held);
         }
@@ -306,15 +369,15 @@ pub(super) unsafe fn clone_vm(
     let top = unsafe { (stack as *mut u8).add(STACK_LEN) } as *mut c_void;
     // SAFETY: child_main follows the rules above on `launch`, which lives in `Shared` until the child ended. No CLONE_FILES or CLONE_FS: the child's descriptors and directory are its own.
     let pid = unsafe { libc::clone(child_main, top, libc::CLONE_VM | libc::SIGCHLD, launch as *mut c_void) };
-    // SAFETY: from Box::into_raw above; owned by `Shared` from here on.
-    let launch = unsafe { Box::from_raw(launch) };
-    let held: Box<dyn std::any::Any> = Box::new((launch, held));
     if pid < 0 {
         let e = std::io::Error::last_os_error();
-        // SAFETY: no child uses the mapping.
-        unsafe { libc::munmap(stack, STACK_LEN) };
+        // SAFETY: no child uses the mapping or the Launch.
+        unsafe {
+            libc::munmap(stack, STACK_LEN);
+            drop(Box::from_raw(launch));
+        }
         return Err(e);
     }
     let pid = Pid::from_raw(pid);
-    Ok((pid, Shared { pid, stack, stack_len: STACK_LEN, held: Some(held) }))
+    Ok((pid, Shared { pid, stack, stack_len: STACK_LEN, launch, held: Some(held) }))
 }

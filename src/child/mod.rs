@@ -130,6 +130,10 @@ pub struct Spec {
     pub pid_namespace: bool,
 }
 
+/// The most listening sockets a child gets (at 3, 4, ...): runws keeps its
+/// own descriptors for the child at 64 and above (see [`high_fd`]).
+pub const MAX_LISTEN: usize = 60;
+
 /// A child waiting at its gate.
 pub struct Paused {
     pid: Pid,
@@ -189,6 +193,9 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let err_w = high_fd(err_w)?;
     let stdout = spec.stdout.map(high_fd).transpose()?;
     let stderr = spec.stderr.map(high_fd).transpose()?;
+    if spec.listen.len() > MAX_LISTEN {
+        return Err(Error::Usage(format!("at most {MAX_LISTEN} listening sockets can be handed over")));
+    }
     let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
     let listen_raw: Vec<RawFd> = listen.iter().map(|f| f.as_raw_fd()).collect();
     let keep_raw: Vec<RawFd> = spec.keep.iter().map(|f| f.as_raw_fd()).collect();
@@ -199,6 +206,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         envp: env_ptrs.as_ptr(),
         cwd: cwd.as_ptr(),
         gate: gate_r.as_raw_fd(),
+        gate_writer: gate_w.as_raw_fd(),
         errors: err_w.as_raw_fd(),
         stdout: stdout.as_ref().map(|f| f.as_raw_fd()),
         stderr: stderr.as_ref().map(|f| f.as_raw_fd()),
@@ -296,10 +304,12 @@ impl Paused {
         Ok(Started { pid: self.pid, errors: self.errors, _shared: self.shared })
     }
 
-    /// Gives up on the child before it ran: closing the gate ends it.
+    /// Gives up on the child before it ran: closing the gate ends it (and
+    /// SIGKILL, should it not be at the gate yet).
     pub fn abandon(self) {
         let pid = self.pid;
         drop(self.gate);
+        let _ = kill(pid, Signal::SIGKILL);
         let _ = waitpid(pid, None);
         drop(self.shared);
     }
@@ -459,4 +469,60 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
 pub fn signal_group(pid: Pid, sig: Signal) {
     let _ = killpg(pid, sig);
     let _ = kill(pid, sig);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn true_spec() -> Spec {
+        Spec {
+            program: PathBuf::from("/bin/true"),
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            cwd: PathBuf::from("/"),
+            listen: Vec::new(),
+            stdout: None,
+            stderr: None,
+            foreground: false,
+            keep: Vec::new(),
+            in_process: None,
+            in_process_keep: Vec::new(),
+            pid_namespace: false,
+        }
+    }
+
+    /// The child's status within a few seconds; `None` if it still runs.
+    fn status_soon(pid: Pid) -> Option<WaitStatus> {
+        for _ in 0..500 {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(10)),
+                Ok(s) => return Some(s),
+                Err(e) => panic!("waitpid: {e}"),
+            }
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+        None
+    }
+
+    #[test]
+    fn a_closed_gate_ends_the_child_without_running_the_program() {
+        // The child must not hold the gate open itself: closing runws's end
+        // (or runws dying) is all it takes.
+        let paused = spawn_paused(true_spec()).unwrap();
+        let pid = paused.pid();
+        drop(paused);
+        assert_eq!(status_soon(pid), Some(WaitStatus::Exited(pid, 125)));
+    }
+
+    #[test]
+    fn an_abandoned_child_is_reaped() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            spawn_paused(true_spec()).unwrap().abandon();
+            done.send(()).unwrap();
+        });
+        finished.recv_timeout(Duration::from_secs(10)).expect("abandon returned");
+    }
 }

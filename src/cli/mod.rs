@@ -381,7 +381,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub port_host: String,
 
-    /// Hand the bound, listening sockets to the command (fd 3 on, LISTEN_FDS)
+    /// Hand the bound, listening sockets to the command (fd 3 on, LISTEN_FDS; at most 60)
     #[arg(long)]
     pub listen: bool,
 

@@ -173,7 +173,7 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     let deadline = started + opts.deadline;
     // A final record still in its temp file is moved into place first, so
     // the archive holds it as manifest.json.
-    let m = manifest::settle(&run.dir)?;
+    let m = manifest::settle(&run.dir, std::time::Duration::from_secs(2))?;
     if m.status == Status::Running {
         return Err(Error::Usage(format!(
             "run `{}` is still running; seal it after it ends (or use `runws run --seal`)",

@@ -111,3 +111,14 @@ fn a_port_is_held_while_its_run_lives_and_freed_when_runws_dies() {
         assert!(!held(&ledger, *p), "port {p} stayed held after its run ended");
     }
 }
+
+#[test]
+fn listen_refuses_more_sockets_than_fit_below_runws_own_descriptors() {
+    let env = Env::new();
+    env.run(&["run", "--listen", "--ports", "61", "--", "true"])
+        .code(125)
+        .one_line_error()
+        .stderr_has("at most 60");
+    assert!(env.run_ids().is_empty());
+    env.run(&["run", "--listen", "--ports", "60", "--", "sh", "-c", "test $LISTEN_FDS = 60"]).ok();
+}

@@ -121,6 +121,9 @@ fn run_in(
     if args.lease_ttl < Duration::from_millis(30) {
         return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
     }
+    if args.listen && usize::from(args.ports) > child::MAX_LISTEN {
+        return Err(Error::Usage(format!("--listen hands over at most {} sockets", child::MAX_LISTEN)).into());
+    }
     let root = workspace::resolve_root(root)?;
     let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
     let job = job_name(&args)?;
