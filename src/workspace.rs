@@ -42,9 +42,21 @@ pub fn check_run_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// A new run id: a UUIDv7, so ids sort by the time they were made.
-pub fn new_run_id() -> String {
-    uuid::Uuid::now_v7().to_string()
+/// A new run id: a UUIDv7, so ids sort by the time they were made. Its
+/// random bits come from getrandom(2); where that is refused (a seccomp
+/// profile), the run fails with a clear error instead of a panic.
+pub fn new_run_id() -> Result<String> {
+    let mut random = [0u8; 10];
+    // SAFETY: getrandom fills at most the 10 bytes it is given.
+    let got = unsafe { nix::libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if got != random.len() as isize {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::Other(format!("cannot get random bytes for a run id: {e}")));
+    }
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Ok(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid().to_string())
 }
 
 /// A short prefix for names the run makes outside its directory
@@ -190,7 +202,13 @@ mod tests {
         {
             assert!(check_run_id(bad).is_err(), "{bad:?} accepted");
         }
-        check_run_id(&new_run_id()).unwrap();
+        let id = new_run_id().unwrap();
+        check_run_id(&id).unwrap();
+        assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(new_run_id().unwrap() > id, "a later id sorts after");
+        let many: std::collections::BTreeSet<String> = (0..1000).map(|_| new_run_id().unwrap()).collect();
+        assert_eq!(many.len(), 1000);
     }
 
     #[test]

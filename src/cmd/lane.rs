@@ -103,7 +103,7 @@ struct RunOpts {
 
 fn run(root: &Path, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow::Result<u8> {
     let lane = Lane::open(root, name)?;
-    let run_id = workspace::new_run_id();
+    let run_id = workspace::new_run_id()?;
     let argv: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     lane.update(|card| {
         allowed(name, card.state, Step::Run)?;

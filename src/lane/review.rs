@@ -83,7 +83,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     wdir.sub(".git")?.write_atomic("config", MINIMAL_GIT_CONFIG.as_bytes(), 0o644, false)?;
     let diff_stat = diff_stat(&work, &base, &tmp.path().join("index"))?;
 
-    let run_id = crate::workspace::new_run_id();
+    let run_id = crate::workspace::new_run_id()?;
     let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
     let status = std::process::Command::new(exe)
         .arg("--root")

@@ -116,7 +116,7 @@ fn run_in(
             workspace::check_run_id(&id)?;
             id
         }
-        None => workspace::new_run_id(),
+        None => workspace::new_run_id()?,
     };
     if args.lease_ttl < Duration::from_millis(30) {
         return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());

@@ -72,7 +72,7 @@ impl PgFixture {
     pub(super) fn from_env() -> Option<PgFixture> {
         let url = pg_url()?;
         let shared = SERVER.read().unwrap_or_else(|e| e.into_inner());
-        Some(PgFixture { url, prefix: crate::workspace::new_run_id(), _shared: shared })
+        Some(PgFixture { url, prefix: crate::workspace::new_run_id().unwrap(), _shared: shared })
     }
 }
 

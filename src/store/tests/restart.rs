@@ -40,7 +40,7 @@ fn pg_store_restarted_keeps_counting() {
         return;
     };
     let _exclusive = SERVER.write().unwrap_or_else(|e| e.into_inner());
-    let prefix = crate::workspace::new_run_id();
+    let prefix = crate::workspace::new_run_id().unwrap();
     let (key, held) = (format!("{prefix}/restart"), format!("{prefix}/held"));
     let mut old = open(&url).unwrap();
     for t in 1..=3 {
