@@ -129,3 +129,26 @@ fn the_sandbox_inits_hold_none_of_runws_descriptors() {
         runws.wait().unwrap();
     }
 }
+
+/// The sandboxed command holds no capability, whoever started runws: none
+/// effective, permitted, inheritable or ambient, and an empty bounding set
+/// (so nothing it executes can gain one back).
+#[test]
+fn the_sandboxed_command_holds_no_capability() {
+    for who in everyone() {
+        if skip(who, "the_sandboxed_command_holds_no_capability") {
+            continue;
+        }
+        let env = Env::new();
+        let probe = "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status";
+        let out =
+            Out::from(runws_as(&env, who, &["run", "--sandbox", "--", "sh", "-c", probe]).output_retrying());
+        out.ok();
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines.len(), 5, "{out:?}");
+        for line in lines {
+            let value = line.split_whitespace().nth(1).unwrap();
+            assert!(value.chars().all(|c| c == '0'), "{who:?}: {line}");
+        }
+    }
+}
