@@ -43,8 +43,9 @@ mod entry {
                 // SAFETY: F_GETFD only queries the descriptor's flags.
                 unsafe { libc::fcntl(f.fd, libc::F_GETFD) == -1 }
             };
-            // SAFETY: open of a constant path; the lowest free descriptor is
-            // the closed one, as the descriptors below it are open.
+            // The lowest free descriptor is the closed one, as the
+            // descriptors below it are open.
+            // SAFETY: open of a constant path.
             if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } != f.fd {
                 std::process::abort();
             }

@@ -166,8 +166,8 @@ pub(super) const SHARED_MEMORY_START: bool = cfg!(any(target_arch = "x86_64", ta
 /// Only in the child.
 unsafe fn fail(errors: RawFd, errno: isize) -> ! {
     let bytes = (errno as i32).to_ne_bytes();
-    // SAFETY: write of a 4-byte buffer on our stack; exit_group ends only
-    // this child (it shares no thread group with runws).
+    // exit_group ends only this child: it shares no thread group with runws.
+    // SAFETY: write of a 4-byte buffer on our stack, then exit_group.
     unsafe {
         sys(libc::SYS_write, errors as usize, bytes.as_ptr() as usize, 4, 0);
         sys(libc::SYS_exit_group, 127, 0, 0, 0);
@@ -192,8 +192,9 @@ fn unreachable_end() -> ! {
 /// Only in a child created by [`clone_vm`] or `fork`, with `l`'s pointers
 /// valid.
 pub(super) unsafe fn prepare(l: &Launch) {
-    // SAFETY (whole function): direct system calls on descriptors and
-    // buffers prepared before the child was created; see the contract.
+    // Direct system calls on descriptors and buffers prepared before the
+    // child was created.
+    // SAFETY (whole function): see the contract.
     unsafe {
         let check = |r: isize| {
             if r < 0 {
@@ -337,8 +338,9 @@ pub(super) unsafe fn clone_vm(
     launch: Box<Launch>,
     held: Box<dyn std::any::Any>,
 ) -> std::io::Result<(Pid, Shared)> {
-    // SAFETY: a fresh private mapping; its lowest page stays inaccessible as
-    // a guard, so an overflow faults instead of writing into runws's memory.
+    // Its lowest page stays inaccessible as a guard, so an overflow faults
+    // instead of writing into runws's memory.
+    // SAFETY: a fresh private mapping.
     let stack = unsafe {
         libc::mmap(
             std::ptr::null_mut(),

@@ -234,8 +234,8 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
             let held: Box<dyn std::any::Any> =
                 Box::new((program, argv, envs, listen_pid, cwd, argv_ptrs, env_ptrs, listen_raw, keep_raw));
             // SAFETY: `launch` points only into `held`, which clone_vm keeps until the child ended.
-            let (pid, shared) =
-                unsafe { launch::clone_vm(launch, held) }.ctx("cannot start", &spec.program)?;
+            let cloned = unsafe { launch::clone_vm(launch, held) };
+            let (pid, shared) = cloned.ctx("cannot start", &spec.program)?;
             (pid, Some(shared))
         }
         in_process => {
