@@ -244,7 +244,7 @@ pub fn now_plus(d: Duration) -> String {
 /// Under the lock, [`read_settled`] also moves it into place.
 pub fn read(dir: &Dir) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
-    if matches!(&current, Ok(m) if m.status != Status::Running) {
+    if is_settled(&current) {
         return current;
     }
     match left_in_final_temp(dir, &current) {
@@ -261,7 +261,7 @@ pub fn read(dir: &Dir) -> Result<Manifest> {
 /// wrote it would have, so the directory holds it where every tool looks.
 pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
-    if matches!(&current, Ok(m) if m.status != Status::Running) {
+    if is_settled(&current) {
         return current;
     }
     match left_in_final_temp(dir, &current) {
@@ -284,7 +284,7 @@ pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
 /// most `wait` for the lock; a manifest that needs nothing is not locked.
 pub fn settle(dir: &Dir, wait: std::time::Duration) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
-    if matches!(&current, Ok(m) if m.status != Status::Running) {
+    if is_settled(&current) {
         return current;
     }
     match dir.lock_within(wait)? {
@@ -294,6 +294,12 @@ pub fn settle(dir: &Dir, wait: std::time::Duration) -> Result<Manifest> {
             dir.path().display()
         ))),
     }
+}
+
+/// A readable manifest.json of an ended run: no final record can be
+/// waiting in `FINAL_TEMP` for it.
+fn is_settled(current: &Result<Manifest>) -> bool {
+    matches!(current, Ok(m) if m.status != Status::Running)
 }
 
 /// What `FINAL_TEMP` holds: `None` when there is no such file,

@@ -5,8 +5,9 @@
 //! runws creates the child without copying itself (`clone(CLONE_VM)`, see
 //! [`launch`]); the child makes only direct system calls on data built
 //! before, then waits at a gate until runws has recorded its pid in the
-//! manifest, so the manifest never shows a running run without its process. An `execve` failure travels back through a
-//! close-on-exec pipe as an errno: ENOENT becomes 127, anything else 126.
+//! manifest, so the manifest never shows a running run without its process.
+//! An `execve` failure travels back through a close-on-exec pipe as an
+//! errno: ENOENT becomes 127, anything else 126.
 //! runws does not wait for the `execve`: it reads that pipe once the child
 //! has ended, and meanwhile does its own work on the other core.
 //!
@@ -160,6 +161,9 @@ pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
 
 /// Creates the child; it stops at the gate until [`Paused::open_gate`].
 pub fn spawn_paused(spec: Spec) -> Result<Paused> {
+    if spec.listen.len() > MAX_LISTEN {
+        return Err(Error::Usage(format!("at most {MAX_LISTEN} listening sockets can be handed over")));
+    }
     let program = cstring(spec.program.as_os_str().as_bytes(), "the command path")?;
     let argv: Vec<CString> =
         spec.argv.iter().map(|a| cstring(a.as_bytes(), "an argument")).collect::<Result<_>>()?;
@@ -193,9 +197,6 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let err_w = high_fd(err_w)?;
     let stdout = spec.stdout.map(high_fd).transpose()?;
     let stderr = spec.stderr.map(high_fd).transpose()?;
-    if spec.listen.len() > MAX_LISTEN {
-        return Err(Error::Usage(format!("at most {MAX_LISTEN} listening sockets can be handed over")));
-    }
     let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
     let listen_raw: Vec<RawFd> = listen.iter().map(|f| f.as_raw_fd()).collect();
     let keep_raw: Vec<RawFd> = spec.keep.iter().map(|f| f.as_raw_fd()).collect();
