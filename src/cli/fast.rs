@@ -51,6 +51,7 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "listen" => a.listen = true,
             "capture" => a.capture = true,
             "seal" => a.seal = true,
+            "allow-userns" => a.allow_userns = true,
             "sandbox" => a.sandbox = Some("on".into()),
             "sandbox=on" | "sandbox=try" => a.sandbox = Some(name["sandbox=".len()..].into()),
             "run-id" => a.run_id = Some(text(&mut words)?),
@@ -94,8 +95,9 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
         }
     }
     // What clap's `requires` and `required` would refuse.
-    let sandbox_only =
-        a.net.is_some() || !(a.rw.is_empty() && a.ro.is_empty() && a.cache.is_empty() && a.hide.is_empty());
+    let sandbox_only = a.net.is_some()
+        || a.allow_userns
+        || !(a.rw.is_empty() && a.ro.is_empty() && a.cache.is_empty() && a.hide.is_empty());
     if a.command.is_empty()
         || (a.kill_after.is_some() && a.timeout.is_none())
         || (seen.contains(&"base") && a.worktree.is_none())
@@ -160,6 +162,7 @@ fn defaults() -> RunArgs {
         ro: Vec::new(),
         cache: Vec::new(),
         hide: Vec::new(),
+        allow_userns: false,
         command: Vec::new(),
     }
 }
@@ -246,6 +249,7 @@ mod tests {
             &["run", "--max-bytes", "1GiB", "--max-files", "10", "--deadline", "5s", "--", "x"],
             &["run", "--sandbox", "--net", "none", "--", "/bin/true"],
             &["run", "--sandbox=try", "--net", "host", "--rw", "/a", "--ro", "/b", "--hide", "/c", "--", "x"],
+            &["run", "--sandbox", "--allow-userns", "--", "x"],
             &[
                 "run",
                 "--sandbox=on",
@@ -305,6 +309,7 @@ mod tests {
             &["run", "--ro", "/a", "--", "x"],
             &["run", "--cache", "/tmp", "--", "x"],
             &["run", "--hide", "/a", "--", "x"],
+            &["run", "--allow-userns", "--", "x"],
             &["run", "--net", "NONE", "--sandbox", "--", "x"],
             &["run", "--kill-after", "1s", "--", "x"],
             &["run", "--base", "main", "--", "x"],
@@ -335,6 +340,7 @@ mod tests {
             "70000",
             "--sandbox",
             "--sandbox=try",
+            "--allow-userns",
             "--net",
             "none",
             "--rw",

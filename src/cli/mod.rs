@@ -471,6 +471,11 @@ pub struct RunArgs {
     #[arg(long = "hide", value_name = "PATH", requires = "sandbox")]
     pub hide: Vec<PathBuf>,
 
+    /// With --sandbox: let the command create user namespaces of its own (refused by
+    /// default: a nested user namespace hands its creator a fresh set of capabilities)
+    #[arg(long, requires = "sandbox")]
+    pub allow_userns: bool,
+
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

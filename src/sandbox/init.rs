@@ -226,6 +226,7 @@ fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refus
     };
     if plan.kind == Kind::Sandbox {
         step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+        step!(status, ns::unshare(CloneFlags::CLONE_NEWUTS, "UTS namespace"));
     }
     let me = nix::unistd::getpid().as_raw();
     let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
@@ -262,6 +263,7 @@ fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result
     };
     if plan.kind == Kind::Sandbox {
         step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
+        step!(status, ns::unshare(CloneFlags::CLONE_NEWUTS, "UTS namespace"));
     }
     // pid1 sets the parent-death signal (runws, outside: pid 0 from here).
     Ok(pid1(plan, status, report, &entered, 0, job))
@@ -326,8 +328,8 @@ fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, par
         let staged = match (plan.kind, entered.mount) {
             (Kind::Sandbox, true) => {
                 mounts::build(&plan.mounts)?;
-                if entered.pid {
-                    status.attempt(mounts::proc_fs())?;
+                if entered.pid && status.attempt(mounts::proc_fs())? {
+                    mounts::mask_proc()?;
                 }
                 None
             }
@@ -412,6 +414,13 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     }
     if plan.kind == Kind::Sandbox
         && let Err(r) = ns::drop_capabilities()
+        && let Err(r) = status.note(r)
+    {
+        fail(&mut status, Report::Failed(r.to_string()));
+    }
+    // Last before the exec, so that nothing of the setup above is filtered.
+    if plan.kind == Kind::Sandbox
+        && let Err(r) = super::seccomp::install(plan.allow_userns)
         && let Err(r) = status.note(r)
     {
         fail(&mut status, Report::Failed(r.to_string()));

@@ -46,6 +46,7 @@ pub mod init;
 pub mod mounts;
 pub mod ns;
 mod plan;
+mod seccomp;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -108,8 +109,16 @@ pub struct Record {
     /// Every mount the layout made, in order (sandbox only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layout: Vec<MountOp>,
+    /// Whether the command could create user namespaces (`--allow-userns`;
+    /// records written before the filter existed did allow them).
+    #[serde(default = "allowed")]
+    pub nested_userns: bool,
     #[serde(default)]
     pub missing: Vec<Missing>,
+}
+
+fn allowed() -> bool {
+    true
 }
 
 /// The manifest field names this module owns (kept in `Manifest::extra`).
@@ -139,6 +148,9 @@ pub struct Plan {
     /// The sandbox's mount layout, parents first.
     #[serde(default)]
     pub mounts: Vec<MountOp>,
+    /// `--allow-userns`: no filter against nested user namespaces.
+    #[serde(default)]
+    pub allow_userns: bool,
 }
 
 /// One line on the status pipe, from the init to runws.

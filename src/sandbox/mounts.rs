@@ -6,19 +6,28 @@
 //!
 //! 1. every bind source is cloned (`open_tree`) while the whole tree is still
 //!    visible, so a source under a location that a later step hides (the real
-//!    home, `/tmp`) can still be placed;
-//! 2. every mount in the namespace is made read-only (`mount_setattr` on `/`,
-//!    recursively): the copies, never the host's mounts;
-//! 3. the ops are applied parents first: tmpfs mounts, then binds on top,
-//!    mount points created inside tmpfs mounts where missing. A bind keeps the
-//!    flags of its source (so `--rw` and the run's subdirectories stay
-//!    writable) unless it is marked read-only; a tmpfs that only hides
-//!    something is made read-only last, once everything beneath it is placed.
+//!    home, `/tmp`, the host's `/dev`) can still be placed;
+//! 2. every mount in the namespace is made read-only, `nosuid` and `nodev`
+//!    (`mount_setattr` on `/`, recursively): the copies, never the host's
+//!    mounts;
+//! 3. the ops are applied parents first: tmpfs mounts and the private `/dev`,
+//!    then binds on top, mount points created inside tmpfs mounts where
+//!    missing. Every bind is `nosuid` and `nodev` whatever its source was (a
+//!    device node in a `--rw` directory cannot be opened), and read-only
+//!    unless it is writable; a tmpfs that only hides something, and the
+//!    private `/dev`, are made read-only last, once everything beneath them
+//!    is placed.
+//!
+//! The private `/dev` holds what bubblewrap's `--dev` holds: binds of the
+//! host's `null`, `zero`, `full`, `random`, `urandom` and `tty` nodes (the
+//! only mounts where device nodes work), a devpts of the sandbox's own with
+//! `ptmx`, `shm`, and the `fd`, `stdin`, `stdout` and `stderr` links; never a
+//! disk, a loop device or `/dev/mem`. After `/proc` is mounted,
+//! [`mask_proc`] makes its host-wide knobs read-only and hides the files that
+//! expose kernel memory or other users' keys, as container runtimes do.
 //!
 //! Nothing here unmounts or changes a mount outside the new namespace: with
 //! propagation made private first, no mount event travels back to the host.
-//! The list shape is meant for reuse: a per-run overlay (for example a cache
-//! directory with a run-private upper layer) is one more op.
 
 use std::ffi::CString;
 use std::io;
@@ -49,6 +58,8 @@ pub enum MountOp {
     /// `lower` (a shared cache, never written) seen at `target` through a
     /// copy-on-write overlay whose upper layer is the run's own `upper`.
     Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf, target: PathBuf, userxattr: bool },
+    /// A private `/dev` at `target` (see the module docs).
+    Dev { target: PathBuf },
 }
 
 impl MountOp {
@@ -57,7 +68,8 @@ impl MountOp {
             MountOp::Tmpfs { target, .. }
             | MountOp::Bind { target, .. }
             | MountOp::HideFile { target }
-            | MountOp::Overlay { target, .. } => target,
+            | MountOp::Overlay { target, .. }
+            | MountOp::Dev { target } => target,
         }
     }
 }
@@ -112,17 +124,11 @@ pub fn attach(tree: &OwnedFd, target: &Path) -> Result<(), Refused> {
     Ok(())
 }
 
-/// Sets (or clears) `MOUNT_ATTR_RDONLY` on the mount at `path`, and on every
-/// mount beneath it when `recursive`.
-pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<(), Refused> {
+/// Sets `set` and clears `clear` (`MOUNT_ATTR_*` bits) on the mount at
+/// `path`, and on every mount beneath it when `recursive`.
+pub fn set_attrs(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), Refused> {
     let c = cpath(path)?;
-    let mut attr: libc::mount_attr =
-        libc::mount_attr { attr_set: 0, attr_clr: 0, propagation: 0, userns_fd: 0 };
-    if read_only {
-        attr.attr_set = libc::MOUNT_ATTR_RDONLY;
-    } else {
-        attr.attr_clr = libc::MOUNT_ATTR_RDONLY;
-    }
+    let attr = libc::mount_attr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: mount_setattr reads the path and the attribute struct we own, with its exact size.
     let r = unsafe {
@@ -136,10 +142,21 @@ pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<()
         )
     };
     if r < 0 {
-        return Err(fail("cannot make read-only", path, io::Error::last_os_error()));
+        return Err(fail("cannot set the flags of", path, io::Error::last_os_error()));
     }
     Ok(())
 }
+
+/// Sets (or clears) `MOUNT_ATTR_RDONLY` on the mount at `path`, and on every
+/// mount beneath it when `recursive`.
+pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<(), Refused> {
+    let ro = libc::MOUNT_ATTR_RDONLY;
+    if read_only { set_attrs(path, ro, 0, recursive) } else { set_attrs(path, 0, ro, recursive) }
+}
+
+/// `nosuid` and `nodev`: what every mount of the sandbox but its device
+/// nodes carries.
+const LOCKED_DOWN: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
 
 /// A tmpfs at `target` with root directory mode `mode`.
 pub fn tmpfs(target: &Path, mode: u32) -> Result<(), Refused> {
@@ -179,7 +196,8 @@ fn overlay(
     if userxattr {
         opts.push_str(",userxattr");
     }
-    nix::mount::mount(Some("overlay"), target, Some("overlay"), MsFlags::empty(), Some(opts.as_str()))
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
@@ -193,6 +211,97 @@ pub fn proc_fs() -> Result<(), Refused> {
         None::<&str>,
     )
     .map_err(|e| Refused::new("private /proc", format!("cannot mount proc on `/proc`: {e}")))
+}
+
+/// `/proc` files that change the whole host: read-only in the sandbox.
+const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"];
+
+/// `/proc` entries that show kernel memory, other users' keys or timing
+/// detail about the host: hidden (files behind an unopenable node,
+/// directories behind an empty, read-only tmpfs).
+const PROC_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/asound",
+];
+
+/// Makes the host-wide knobs of the sandbox's `/proc` read-only and hides
+/// what it must not show (see [`PROC_READ_ONLY`], [`PROC_MASKED`]). Entries
+/// this kernel does not have are skipped.
+pub fn mask_proc() -> Result<(), Refused> {
+    let protect = |e: Refused| Refused::new("masked /proc", e.why);
+    for p in PROC_READ_ONLY.iter().map(Path::new).filter(|p| p.exists()) {
+        attach(&clone_tree(p).map_err(protect)?, p).map_err(protect)?;
+        let flags = libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC;
+        set_attrs(p, flags, 0, true).map_err(protect)?;
+    }
+    for p in PROC_MASKED.iter().map(Path::new) {
+        let Ok(meta) = std::fs::symlink_metadata(p) else { continue };
+        if meta.is_dir() {
+            tmpfs(p, 0o555).map_err(protect)?;
+            set_read_only(p, true, false).map_err(protect)?;
+        } else {
+            hide_file(p).map_err(protect)?;
+        }
+    }
+    Ok(())
+}
+
+/// Covers the file at `target` with an unopenable, read-only node (a
+/// `nodev` bind of `/dev/null`).
+fn hide_file(target: &Path) -> Result<(), Refused> {
+    attach(&clone_tree(Path::new("/dev/null"))?, target)?;
+    set_attrs(target, libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC, 0, false)
+}
+
+/// The host device nodes a private `/dev` shows.
+const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Clones of the host's [`DEV_NODES`], taken while the host's `/dev` is
+/// still visible.
+fn dev_nodes() -> Result<Vec<(&'static str, OwnedFd)>, Refused> {
+    DEV_NODES.iter().map(|n| Ok((*n, clone_tree(&Path::new("/dev").join(n))?))).collect()
+}
+
+/// Builds the private `/dev` at `target` from the cloned `nodes`.
+fn private_dev(target: &Path, nodes: &[(&'static str, OwnedFd)]) -> Result<(), Refused> {
+    mount_point(target, true)?;
+    tmpfs(target, 0o755)?;
+    for (name, tree) in nodes {
+        let node = target.join(name);
+        mount_point(&node, false)?;
+        attach(tree, &node)?;
+        // The only mounts where device nodes work: never set-uid, never run.
+        set_attrs(&node, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC, 0, false)?;
+    }
+    let pts = target.join("pts");
+    mount_point(&pts, true)?;
+    nix::mount::mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    )
+    .map_err(|e| fail("cannot mount a devpts on", &pts, e.into()))?;
+    let links = [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ];
+    for (name, to) in links {
+        let link = target.join(name);
+        std::os::unix::fs::symlink(to, &link).map_err(|e| fail("cannot create", &link, e))?;
+    }
+    Ok(())
 }
 
 /// Makes sure `target` exists as a directory (or, for a file tree, a file)
@@ -217,52 +326,63 @@ fn is_dir(tree: &OwnedFd) -> bool {
     nix::sys::stat::fstat(tree).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR).unwrap_or(true)
 }
 
+/// What phase 1 prepared for one op.
+enum Prepared {
+    Nothing,
+    Tree(OwnedFd),
+    Nodes(Vec<(&'static str, OwnedFd)>),
+}
+
 /// Applies `ops` (already ordered parents first) in this mount namespace.
 pub fn build(ops: &[MountOp]) -> Result<(), Refused> {
     make_private()?;
-    let mut trees: Vec<Option<OwnedFd>> = Vec::with_capacity(ops.len());
+    let mut prepared: Vec<Prepared> = Vec::with_capacity(ops.len());
     for op in ops {
-        trees.push(match op {
-            MountOp::Bind { source, .. } => Some(clone_tree(source)?),
-            MountOp::HideFile { .. } => Some(clone_tree(Path::new("/dev/null"))?),
+        prepared.push(match op {
+            MountOp::Bind { source, .. } => Prepared::Tree(clone_tree(source)?),
+            MountOp::HideFile { .. } => Prepared::Tree(clone_tree(Path::new("/dev/null"))?),
             // The lower layer is opened now, while a later step may still
             // hide the path it lives under.
-            MountOp::Overlay { lower, .. } => Some(open_path(lower)?),
-            MountOp::Tmpfs { .. } => None,
+            MountOp::Overlay { lower, .. } => Prepared::Tree(open_path(lower)?),
+            MountOp::Dev { .. } => Prepared::Nodes(dev_nodes()?),
+            MountOp::Tmpfs { .. } => Prepared::Nothing,
         });
     }
-    set_read_only(Path::new("/"), true, true)?;
-    for (op, tree) in ops.iter().zip(&trees) {
-        match (op, tree) {
+    set_attrs(Path::new("/"), libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN, 0, true)?;
+    for (op, prep) in ops.iter().zip(&prepared) {
+        match (op, prep) {
             (MountOp::Tmpfs { target, mode, .. }, _) => {
                 mount_point(target, true)?;
                 tmpfs(target, *mode)?
             }
-            (MountOp::Bind { target, writable, .. }, Some(tree)) => {
+            (MountOp::Dev { target }, Prepared::Nodes(nodes)) => private_dev(target, nodes)?,
+            (MountOp::Bind { target, writable, .. }, Prepared::Tree(tree)) => {
                 mount_point(target, is_dir(tree))?;
                 attach(tree, target)?;
-                if !writable {
-                    set_read_only(target, true, true)?;
-                }
+                let ro = if *writable { 0 } else { libc::MOUNT_ATTR_RDONLY };
+                set_attrs(target, ro | LOCKED_DOWN, 0, true)?;
             }
-            (MountOp::HideFile { target }, Some(tree)) => {
+            (MountOp::HideFile { target }, Prepared::Tree(tree)) => {
                 attach(tree, target)?;
-                set_read_only(target, true, false)?;
+                set_attrs(target, libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC, 0, false)?;
             }
             // Placed last, below, once the run's writable layers are bound.
             (MountOp::Overlay { .. }, _) => {}
-            _ => return Err(Refused::new(P, "internal: a bind without its source")),
+            _ => return Err(Refused::new(P, "internal: a mount without what it was prepared from")),
         }
     }
-    for (op, tree) in ops.iter().zip(&trees) {
-        if let (MountOp::Overlay { upper, work, target, userxattr, .. }, Some(lower)) = (op, tree) {
+    for (op, prep) in ops.iter().zip(&prepared) {
+        if let (MountOp::Overlay { upper, work, target, userxattr, .. }, Prepared::Tree(lower)) = (op, prep) {
             mount_point(target, true)?;
             overlay(lower, upper, work, target, *userxattr)?;
         }
     }
     for op in ops {
-        if let MountOp::Tmpfs { target, writable: false, .. } = op {
-            set_read_only(target, true, false)?;
+        match op {
+            MountOp::Tmpfs { target, writable: false, .. } | MountOp::Dev { target } => {
+                set_read_only(target, true, false)?
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -283,7 +403,9 @@ pub fn is_within(path: &Path, base: &Path) -> bool {
 pub fn hiding_targets(ops: &[MountOp]) -> Vec<PathBuf> {
     ops.iter()
         .filter_map(|op| match op {
-            MountOp::Tmpfs { target, .. } | MountOp::HideFile { target } => Some(target.clone()),
+            MountOp::Tmpfs { target, .. } | MountOp::HideFile { target } | MountOp::Dev { target } => {
+                Some(target.clone())
+            }
             MountOp::Bind { .. } | MountOp::Overlay { .. } => None,
         })
         .collect()

@@ -7,7 +7,10 @@
 //! | path | becomes |
 //! |---|---|
 //! | `/` and every mount beneath | read-only |
+//! | `/dev` | a private one: `null`, `zero`, `full`, `random`, `urandom`, `tty`, its own devpts and `ptmx`, `fd` links |
 //! | `/tmp`, `/var/tmp`, `/dev/shm` | a fresh, writable tmpfs of the run's own |
+//! | `/sys/firmware` and other host-detail directories | an empty, read-only tmpfs |
+//! | with `--net none`: `/run` and every other unix socket the host listens on | hidden |
 //! | the real home (passwd entry) and runws's `$HOME` | an empty, read-only tmpfs |
 //! | ROOT (where runs live) | an empty, read-only tmpfs: other runs are invisible |
 //! | the run directory | its top level (with `manifest.json`) read-only, every subdirectory writable |
@@ -46,6 +49,8 @@ pub struct Options {
     pub caches: Vec<String>,
     /// `audit --json`.
     pub json: bool,
+    /// `--allow-userns`: the command may create user namespaces.
+    pub allow_userns: bool,
 }
 
 impl Options {
@@ -61,6 +66,7 @@ impl Options {
             hide: args.hide.clone(),
             caches: args.cache.clone(),
             json: false,
+            allow_userns: args.allow_userns,
         })
     }
 
@@ -78,6 +84,7 @@ impl Options {
             hide: Vec::new(),
             caches: Vec::new(),
             json,
+            allow_userns: true,
         })
     }
 }
@@ -164,7 +171,7 @@ fn layout(
     visible: &[PathBuf],
     base: &Path,
 ) -> Result<Vec<MountOp>> {
-    let mut defaults: Vec<MountOp> = Vec::new();
+    let mut defaults: Vec<MountOp> = vec![MountOp::Dev { target: "/dev".into() }];
     for t in ["/tmp", "/var/tmp", "/dev/shm"] {
         if let Ok(c) = std::fs::canonicalize(t)
             && c.is_dir()
@@ -175,6 +182,24 @@ fn layout(
     }
     for h in homes(uid) {
         defaults.push(MountOp::Tmpfs { target: h, mode: 0o755, writable: false });
+    }
+    // Firmware tables and power meters (a side channel on the host's work).
+    for t in ["/sys/firmware", "/sys/devices/virtual/powercap"] {
+        if Path::new(t).is_dir() {
+            defaults.push(MountOp::Tmpfs { target: t.into(), mode: 0o755, writable: false });
+        }
+    }
+    if opts.net == Net::None {
+        // Without a network, no host service either: a unix socket is reached
+        // through the file system, which a network namespace does not cover.
+        for t in ["/run", "/var/run"] {
+            if let Ok(c) = std::fs::canonicalize(t)
+                && c.is_dir()
+                && c != Path::new("/")
+            {
+                defaults.push(MountOp::Tmpfs { target: c, mode: 0o755, writable: false });
+            }
+        }
     }
     if root != Path::new("/") {
         defaults.push(MountOp::Tmpfs { target: root.to_path_buf(), mode: 0o755, writable: false });
@@ -217,6 +242,19 @@ fn layout(
         }
     }
     defaults.retain(|d| !user.iter().any(|u| u.target() == d.target()));
+    if opts.net == Net::None {
+        // Every other socket the host listens on, unless the user granted it
+        // (or a directory holding it) or it is already hidden.
+        for sock in host_unix_sockets() {
+            let hidden = defaults
+                .iter()
+                .any(|op| matches!(op, MountOp::Tmpfs { .. }) && mounts::is_within(&sock, op.target()));
+            let granted = user.iter().any(|op| mounts::is_within(&sock, op.target()));
+            if !hidden && !granted && !sock.starts_with(run_dir) {
+                defaults.push(MountOp::HideFile { target: sock });
+            }
+        }
+    }
     let mut ops = defaults;
     ops.extend(user);
     for (i, c) in caches(opts, base)?.into_iter().enumerate() {
@@ -243,12 +281,32 @@ fn layout(
             .iter()
             .filter(|op| mounts::is_within(x, op.target()))
             .max_by_key(|op| op.target().components().count());
-        if matches!(covering, Some(MountOp::Tmpfs { .. } | MountOp::HideFile { .. })) {
+        if matches!(covering, Some(MountOp::Tmpfs { .. } | MountOp::HideFile { .. } | MountOp::Dev { .. })) {
             ops.push(MountOp::Bind { source: x.clone(), target: x.clone(), writable: false });
         }
     }
     mounts::order(&mut ops);
     Ok(ops)
+}
+
+/// The file-system unix sockets the host is listening on, from the
+/// kernel's list for runws's network namespace (`/proc/net/unix`), that
+/// exist here as sockets. Sockets bound in another network namespace (a
+/// container's) are not in that list.
+fn host_unix_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut out: Vec<PathBuf> = text
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The audit's environment: runws's own (the real `HOME`, caches and
@@ -329,6 +387,7 @@ pub fn prepare(
         cwd: spec.cwd.clone(),
         run_dir: run_dir.clone(),
         mounts: mounts.clone(),
+        allow_userns: opts.allow_userns,
     };
     let (status_r, status_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
@@ -392,6 +451,7 @@ pub fn prepare(
         ro: opts.ro.iter().map(|p| p.display().to_string()).collect(),
         hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
         layout: mounts,
+        nested_userns: opts.allow_userns,
         missing: Vec::new(),
     };
     m.extra.insert(

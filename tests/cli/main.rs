@@ -16,6 +16,7 @@ mod listing;
 mod ports;
 mod reap;
 mod sandbox;
+mod sandbox_host;
 mod sandbox_init;
 mod seal;
 mod worktree;

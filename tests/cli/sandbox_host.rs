@@ -1,0 +1,363 @@
+//! A sandboxed command is the adversary: these tests attack the host from
+//! inside `run --sandbox`, as root and as `nobody`, and check from inside
+//! what the command could do (not only what runws printed). A root command
+//! must be no stronger against the host kernel, its devices and its unix
+//! sockets than an unprivileged one.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::harness::*;
+use crate::sandbox::{Retry, Who, everyone, runws_as, skip};
+
+/// `python3 -c PROBE` inside a sandbox as `who`; the probe's stdout.
+fn probe(env: &Env, who: Who, extra: &[&str], id: &str, code: &str) -> Out {
+    let mut args = vec!["run", "--sandbox", "--run-id", id];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "/usr/bin/python3", "-c", code]);
+    Out::from(runws_as(env, who, &args).output_retrying())
+}
+
+fn have_python() -> bool {
+    if Path::new("/usr/bin/python3").exists() {
+        return true;
+    }
+    eprintln!("skipped: /usr/bin/python3 is not installed");
+    false
+}
+
+/// Writing a host-wide kernel knob is refused: the current value is written
+/// back, so even on a kernel that accepts it nothing on the host changes.
+const PROC_SYS: &str = r#"
+import os
+for knob in ["/proc/sys/kernel/domainname", "/proc/sys/kernel/core_pattern",
+             "/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches"]:
+    try:
+        cur = open(knob, "rb").read() if not knob.endswith("drop_caches") else b"0\n"
+    except OSError as e:
+        print("UNREADABLE", knob, e.errno); continue
+    try:
+        fd = os.open(knob, os.O_WRONLY)
+    except OSError as e:
+        print("DENIED", knob, e.errno); continue
+    try:
+        if not knob.endswith("drop_caches"):
+            os.write(fd, cur)
+        print("WROTE", knob)
+    except OSError as e:
+        print("DENIED", knob, e.errno)
+    finally:
+        os.close(fd)
+for path in ["/proc/sysrq-trigger", "/proc/sys/kernel/sysrq"]:
+    try:
+        os.close(os.open(path, os.O_WRONLY)); print("OPENED", path)
+    except OSError as e:
+        print("DENIED", path, e.errno)
+for path in ["/proc/kcore", "/proc/keys", "/proc/timer_list"]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64)
+        print("READ" if data else "EMPTY", path)
+    except OSError as e:
+        print("DENIED", path, e.errno)
+print("DONE")
+"#;
+
+#[test]
+fn host_kernel_knobs_in_proc_are_out_of_reach() {
+    if !have_python() {
+        return;
+    }
+    for who in everyone() {
+        if skip(who, "proc_sys") {
+            continue;
+        }
+        let env = Env::new();
+        let out = probe(&env, who, &[], "p", PROC_SYS);
+        out.ok().stdout_has("DONE");
+        for bad in ["WROTE", "OPENED", "READ /proc/kcore", "READ /proc/keys", "READ /proc/timer_list"] {
+            assert!(!out.stdout.contains(bad), "{who:?}: {bad}\n{}", out.stdout);
+        }
+    }
+}
+
+/// Every mount the command sees, from its own `/proc/self/mountinfo`:
+/// (mount point, per-mount options, file system type).
+const MOUNTS: &str = r#"
+for line in open("/proc/self/mountinfo"):
+    left, right = line.split(" - ", 1)
+    f = left.split()
+    print("MOUNT", f[4], f[5], right.split()[0])
+import os, stat
+for name in sorted(os.listdir("/dev")):
+    st = os.lstat("/dev/" + name)
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode) else \
+        "chr" if stat.S_ISCHR(st.st_mode) else "blk" if stat.S_ISBLK(st.st_mode) else "other"
+    print("DEV", name, kind)
+with open("/dev/null", "wb") as f: f.write(b"x")
+assert open("/dev/zero", "rb").read(4) == b"\0" * 4
+assert len(open("/dev/urandom", "rb").read(16)) == 16
+import pty
+m, s = pty.openpty(); print("PTY", os.ttyname(s)); os.close(m); os.close(s)
+print("FD", os.readlink("/dev/fd"))
+for d in ["/dev/shm", "/tmp"]:
+    open(d + "/x", "w").write("x"); print("WRITABLE", d)
+try:
+    open("/dev/newfile", "w"); print("DEV_WRITABLE")
+except OSError: pass
+print("DONE")
+"#;
+
+#[test]
+fn the_command_gets_a_private_dev_and_every_other_mount_is_nosuid_nodev() {
+    if !have_python() {
+        return;
+    }
+    for who in everyone() {
+        if skip(who, "private_dev") {
+            continue;
+        }
+        let env = Env::new();
+        let out = probe(&env, who, &[], "d", MOUNTS);
+        out.ok().stdout_has("DONE").stdout_has("WRITABLE /dev/shm").stdout_has("PTY /dev/pts/");
+        out.stdout_has("FD /proc/self/fd");
+        assert!(!out.stdout.contains("DEV_WRITABLE"), "{who:?}: /dev is writable\n{}", out.stdout);
+        let dev: Vec<(String, String)> = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("DEV "))
+            .map(|l| {
+                let (n, k) = l.split_once(' ').unwrap();
+                (n.to_string(), k.to_string())
+            })
+            .collect();
+        let names: Vec<&str> = dev.iter().map(|(n, _)| n.as_str()).collect();
+        for want in ["null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd"] {
+            assert!(names.contains(&want), "{who:?}: /dev lacks {want}: {names:?}");
+        }
+        let allowed = [
+            "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd", "stdin",
+            "stdout", "stderr",
+        ];
+        for (n, k) in &dev {
+            assert!(allowed.contains(&n.as_str()), "{who:?}: /dev/{n} ({k}) is a host node");
+            assert_ne!(k, "blk", "{who:?}: block device /dev/{n}");
+        }
+        let mut seen = 0;
+        for line in out.stdout.lines().filter_map(|l| l.strip_prefix("MOUNT ")) {
+            let f: Vec<&str> = line.split(' ').collect();
+            let (point, opts, fstype) = (f[0], f[1], f[2]);
+            seen += 1;
+            let opts: Vec<&str> = opts.split(',').collect();
+            assert!(opts.contains(&"nosuid"), "{who:?}: {point} ({fstype}) lacks nosuid: {opts:?}");
+            // The private /dev's device nodes and its devpts are the only
+            // mounts where device nodes work.
+            let device_node = point.starts_with("/dev/") && !point.starts_with("/dev/shm");
+            if !device_node {
+                assert!(opts.contains(&"nodev"), "{who:?}: {point} ({fstype}) lacks nodev: {opts:?}");
+            }
+            if point == "/proc/sys" || point == "/proc/sysrq-trigger" {
+                assert!(opts.contains(&"ro"), "{who:?}: {point} is writable");
+            }
+        }
+        assert!(seen > 5, "{who:?}: no mounts listed\n{}", out.stdout);
+    }
+}
+
+/// A device node the user makes visible with `--ro` (here, a copy of
+/// `/dev/null`'s numbers made by root) cannot be opened: `--ro` and `--rw`
+/// binds are `nodev` like every other mount.
+#[test]
+fn a_device_node_in_a_granted_directory_cannot_be_opened() {
+    if !is_root() || !have_python() {
+        eprintln!("skipped: making a device node needs root");
+        return;
+    }
+    for who in everyone() {
+        if skip(who, "nodev_grant") {
+            continue;
+        }
+        let env = Env::new();
+        let dir = env.path("devices");
+        std::fs::create_dir(&dir).unwrap();
+        let node = dir.join("null-copy");
+        let made = Command::new("mknod").arg(&node).args(["c", "1", "3"]).status().unwrap();
+        assert!(made.success());
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let code = format!(
+            "import os\n\
+             for flags in (os.O_RDONLY, os.O_WRONLY):\n\
+             \x20   try:\n\
+             \x20       os.close(os.open({node:?}, flags)); print('OPENED')\n\
+             \x20   except OSError as e:\n\
+             \x20       print('DENIED', e.errno)\n",
+            node = node.display().to_string()
+        );
+        for grant in ["--ro", "--rw"] {
+            let d = dir.display().to_string();
+            let out = probe(&env, who, &[grant, &d], &format!("n{}", &grant[2..]), &code);
+            out.ok().stdout_has("DENIED");
+            assert!(!out.stdout.contains("OPENED"), "{who:?} {grant}: a device node opened\n{}", out.stdout);
+        }
+    }
+}
+
+/// A unix-socket server on the host file system (a docker or database
+/// socket would do the same) answers `sock` requests.
+struct SocketServer {
+    path: PathBuf,
+    child: std::process::Child,
+}
+
+impl SocketServer {
+    fn start(path: &Path) -> SocketServer {
+        let _ = std::fs::remove_file(path);
+        let code = "import socket, sys, os\n\
+                    s = socket.socket(socket.AF_UNIX)\n\
+                    s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(8)\n\
+                    print('up', flush=True)\n\
+                    while True:\n\
+                    \x20   c, _ = s.accept(); c.sendall(b'HOST-SERVICE\\n'); c.close()\n";
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", code])
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "up");
+        SocketServer { path: path.to_path_buf(), child }
+    }
+}
+
+impl Drop for SocketServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn connect_code(path: &Path) -> String {
+    format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         try:\n\
+         \x20   s.connect({p:?}); print('REACHED', s.recv(64).decode().strip())\n\
+         except OSError as e:\n\
+         \x20   print('UNREACHABLE', e.errno)\n",
+        p = path.display().to_string()
+    )
+}
+
+#[test]
+fn net_none_hides_host_unix_sockets_unless_granted() {
+    if !is_root() || !have_python() {
+        eprintln!("skipped: a socket under /run and /var/cache needs root");
+        return;
+    }
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    let in_run = PathBuf::from(format!("/run/runws-test-{tag}.sock"));
+    // A socket directory outside /run, found through the kernel's list.
+    let elsewhere_dir = PathBuf::from(format!("/var/cache/runws-test-{tag}"));
+    std::fs::create_dir(&elsewhere_dir).unwrap();
+    std::fs::set_permissions(&elsewhere_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(elsewhere_dir.clone());
+    let elsewhere = elsewhere_dir.join("service.sock");
+    let _a = SocketServer::start(&in_run);
+    let _b = SocketServer::start(&elsewhere);
+    for who in everyone() {
+        if skip(who, "unix_sockets") {
+            continue;
+        }
+        let env = Env::new();
+        for (i, sock) in [&in_run, &elsewhere].into_iter().enumerate() {
+            let code = connect_code(sock);
+            // Control: with the host's network the socket answers.
+            let host = probe(&env, who, &["--net", "host"], &format!("h{i}"), &code);
+            host.ok().stdout_has("REACHED HOST-SERVICE");
+            let none = probe(&env, who, &["--net", "none"], &format!("n{i}"), &code);
+            none.ok().stdout_has("UNREACHABLE");
+            // Granted by name, it is reachable again.
+            let s = sock.display().to_string();
+            let granted = probe(&env, who, &["--net", "none", "--ro", &s], &format!("g{i}"), &code);
+            granted.ok().stdout_has("REACHED HOST-SERVICE");
+        }
+        let m = env.manifest("n0");
+        let layout = m["sandbox"]["layout"].to_string();
+        assert!(layout.contains("\"/run\""), "{who:?}: /run is not hidden: {layout}");
+    }
+}
+
+/// `unshare -U` inside the sandbox fails (no nested user namespace, so no
+/// fresh capability set), unless `--allow-userns` is given.
+#[test]
+fn nested_user_namespaces_are_refused_unless_allowed() {
+    if Command::new("unshare").arg("--version").output().is_err() {
+        eprintln!("skipped: unshare is not installed");
+        return;
+    }
+    let script = "if unshare -U true 2>/dev/null; then echo NESTED; else echo REFUSED; fi
+        if unshare -Ur true 2>/dev/null; then echo NESTED_ROOT; fi";
+    for who in everyone() {
+        if skip(who, "nested_userns") {
+            continue;
+        }
+        let env = Env::new();
+        let out = Out::from(
+            runws_as(&env, who, &["run", "--sandbox", "--run-id", "u", "--", "sh", "-c", script])
+                .output_retrying(),
+        );
+        out.ok().stdout_has("REFUSED");
+        assert!(!out.stdout.contains("NESTED"), "{who:?}: a nested user namespace was made\n{}", out.stdout);
+        let m = env.manifest("u");
+        assert_eq!(m["sandbox"]["nested_userns"], false, "{who:?}: {m}");
+
+        let out = Out::from(
+            runws_as(
+                &env,
+                who,
+                &["run", "--sandbox", "--allow-userns", "--run-id", "a", "--", "sh", "-c", script],
+            )
+            .output_retrying(),
+        );
+        out.ok().stdout_has("NESTED");
+        assert_eq!(env.manifest("a")["sandbox"]["nested_userns"], true);
+    }
+}
+
+/// The command cannot push input into the terminal it shares with the
+/// user's shell (TIOCSTI): the call is refused before the kernel looks at
+/// the descriptor (EPERM rather than ENOTTY on a non-terminal).
+#[test]
+fn the_command_cannot_inject_terminal_input() {
+    if !have_python() {
+        return;
+    }
+    let code = "import fcntl, termios, os\n\
+                fd = os.open('/dev/null', os.O_RDONLY)\n\
+                for req in (termios.TIOCSTI, termios.TIOCSTI | (1 << 32)):\n\
+                \x20   try:\n\
+                \x20       fcntl.ioctl(fd, req, b'x'); print('INJECTED')\n\
+                \x20   except OSError as e:\n\
+                \x20       print('ERRNO', e.errno)\n";
+    for who in everyone() {
+        if skip(who, "tiocsti") {
+            continue;
+        }
+        let env = Env::new();
+        let out = probe(&env, who, &[], "t", code);
+        out.ok();
+        let errnos: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("ERRNO ")).collect();
+        assert_eq!(errnos, vec!["1", "1"], "{who:?}: TIOCSTI was not refused\n{}", out.stdout);
+    }
+}
