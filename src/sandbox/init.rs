@@ -23,7 +23,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -148,8 +148,11 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
 /// returns the exit code of the process it ran as.
 pub fn run(start: Start) -> u8 {
     block_forwarded();
-    // The command must not inherit the status pipe.
+    // The command must not inherit the status pipe, nor the user namespace.
     let _ = nix::fcntl::fcntl(&start.status, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    if let Some(ns) = userns(&start.plan) {
+        let _ = nix::fcntl::fcntl(ns, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    }
     let status = Status { file: std::fs::File::from(start.status), try_mode: start.plan.try_mode };
     let listen_fds = start
         .env
@@ -327,7 +330,7 @@ fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, par
         }
         let staged = match (plan.kind, entered.mount) {
             (Kind::Sandbox, true) => {
-                mounts::build(&plan.mounts)?;
+                mounts::build(&plan.mounts, userns(plan))?;
                 if entered.pid && status.attempt(mounts::proc_fs())? {
                     mounts::mask_proc()?;
                 }
@@ -382,6 +385,12 @@ fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, par
     if libc::WIFSIGNALED(raw) { exit::from_signal(libc::WTERMSIG(raw)) } else { libc::WEXITSTATUS(raw) as u8 }
 }
 
+/// The user namespace a root command enters (see [`Plan::unprivileged`]).
+fn userns(plan: &Plan) -> Option<BorrowedFd<'_>> {
+    // SAFETY: runws handed this descriptor to the init, which keeps it open (close-on-exec) until the command is executed.
+    plan.unprivileged.map(|u| unsafe { BorrowedFd::borrow_raw(u.userns_fd) })
+}
+
 fn cstr(bytes: &[u8]) -> Option<CString> {
     CString::new(bytes).ok()
 }
@@ -411,6 +420,11 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
             &mut status,
             Report::Failed(format!("cannot enter the working directory `{}`: {e}", plan.cwd.display())),
         );
+    }
+    if let Some(ns) = userns(plan)
+        && let Err(r) = ns::become_unprivileged(ns)
+    {
+        fail(&mut status, Report::Failed(r.to_string()));
     }
     if plan.kind == Kind::Sandbox
         && let Err(r) = ns::drop_capabilities()

@@ -113,6 +113,10 @@ pub struct Record {
     /// records written before the filter existed did allow them).
     #[serde(default = "allowed")]
     pub nested_userns: bool,
+    /// The host uid and gid the command ran as when runws was root and
+    /// mapped it to an unprivileged id (uid 0 inside the sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ids: Option<(u32, u32)>,
     #[serde(default)]
     pub missing: Vec<Missing>,
 }
@@ -151,6 +155,16 @@ pub struct Plan {
     /// `--allow-userns`: no filter against nested user namespaces.
     #[serde(default)]
     pub allow_userns: bool,
+    /// As root: the user namespace (an inherited descriptor) whose uid 0
+    /// the command becomes, an unprivileged id on the host.
+    #[serde(default)]
+    pub unprivileged: Option<Unprivileged>,
+}
+
+/// See [`Plan::unprivileged`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Unprivileged {
+    pub userns_fd: i32,
 }
 
 /// One line on the status pipe, from the init to runws.
@@ -176,6 +190,8 @@ pub struct Setup {
     pub broker: Option<broker::Server>,
     pub program: PathBuf,
     pub json: bool,
+    /// What `--sandbox=try` went without before the init started.
+    missing: Vec<Missing>,
 }
 
 impl Setup {
@@ -183,12 +199,12 @@ impl Setup {
     /// and returns what `--sandbox=try` went without. A refused setup is an
     /// error (125); a failed exec is 127 or 126 as for a plain run.
     pub fn wait_started(&mut self) -> Result<Vec<Missing>> {
-        let Some(fd) = self.status.take() else { return Ok(Vec::new()) };
+        let Some(fd) = self.status.take() else { return Ok(std::mem::take(&mut self.missing)) };
         let mut text = String::new();
         std::fs::File::from(fd)
             .read_to_string(&mut text)
             .map_err(|e| Error::io("cannot read the sandbox status of", &self.program, e))?;
-        let mut missing = Vec::new();
+        let mut missing = std::mem::take(&mut self.missing);
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let report: Report = serde_json::from_str(line)
                 .map_err(|e| Error::Sandbox(format!("unreadable status from the sandbox init: {e}")))?;

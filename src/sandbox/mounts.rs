@@ -31,7 +31,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -201,6 +201,27 @@ fn overlay(
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
+/// The overlay of [`overlay`] for a command that runs as an unprivileged
+/// id. Overlayfs cannot itself be id-mapped, so its lower layer is:
+/// `lower` is a detached, id-mapped clone of the cache (its root-owned
+/// files are the command's own through it), and `layer` a detached,
+/// writable clone of the directory holding `upper` and `work` (runws gave
+/// `upper` to the unprivileged id). Copies up then keep the owner the
+/// command sees, and what it creates belongs to it.
+fn overlay_mapped(lower: &OwnedFd, layer: &OwnedFd, target: &Path) -> Result<(), Refused> {
+    let fdp = |fd: &OwnedFd, sub: &str| format!("/proc/self/fd/{}{sub}", fd.as_raw_fd());
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        fdp(lower, ""),
+        fdp(layer, "/upper"),
+        fdp(layer, "/work")
+    );
+    mount_point(target, true)?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
+        .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
+}
+
 /// A fresh procfs for the new PID namespace.
 pub fn proc_fs() -> Result<(), Refused> {
     nix::mount::mount(
@@ -331,19 +352,70 @@ enum Prepared {
     Nothing,
     Tree(OwnedFd),
     Nodes(Vec<(&'static str, OwnedFd)>),
+    /// An overlay's lower layer and a clone of its upper and work's parent.
+    Layers(OwnedFd, OwnedFd),
+}
+
+/// Id-maps a detached tree through `userns`: a file that belongs to uid or
+/// gid 0 on disk is seen as that namespace's 0 (the command), and what the
+/// command creates is stored as 0.
+fn id_map(tree: &OwnedFd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Refused> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    let flags = libc::AT_EMPTY_PATH | libc::AT_RECURSIVE;
+    // SAFETY: mount_setattr reads an empty NUL-terminated path and the attribute struct we own, with its exact size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(Refused::new(
+            "unprivileged uid",
+            format!(
+                "cannot id-map `{}` (its file system may not support id-mapped mounts): {e}",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Applies `ops` (already ordered parents first) in this mount namespace.
-pub fn build(ops: &[MountOp]) -> Result<(), Refused> {
+/// With `userns`, writable binds are id-mapped through it (see [`id_map`]).
+pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refused> {
     make_private()?;
     let mut prepared: Vec<Prepared> = Vec::with_capacity(ops.len());
     for op in ops {
         prepared.push(match op {
-            MountOp::Bind { source, .. } => Prepared::Tree(clone_tree(source)?),
+            MountOp::Bind { source, writable, .. } => {
+                let tree = clone_tree(source)?;
+                if let (true, Some(ns)) = (*writable, userns) {
+                    id_map(&tree, ns, source)?;
+                }
+                Prepared::Tree(tree)
+            }
             MountOp::HideFile { .. } => Prepared::Tree(clone_tree(Path::new("/dev/null"))?),
             // The lower layer is opened now, while a later step may still
             // hide the path it lives under.
-            MountOp::Overlay { lower, .. } => Prepared::Tree(open_path(lower)?),
+            MountOp::Overlay { lower, upper, .. } => match (userns, upper.parent()) {
+                (Some(ns), Some(layer)) => {
+                    let mapped = clone_tree(lower)?;
+                    id_map(&mapped, ns, lower)?;
+                    Prepared::Layers(mapped, clone_tree(layer)?)
+                }
+                _ => Prepared::Tree(open_path(lower)?),
+            },
             MountOp::Dev { .. } => Prepared::Nodes(dev_nodes()?),
             MountOp::Tmpfs { .. } => Prepared::Nothing,
         });
@@ -372,9 +444,15 @@ pub fn build(ops: &[MountOp]) -> Result<(), Refused> {
         }
     }
     for (op, prep) in ops.iter().zip(&prepared) {
-        if let (MountOp::Overlay { upper, work, target, userxattr, .. }, Prepared::Tree(lower)) = (op, prep) {
-            mount_point(target, true)?;
-            overlay(lower, upper, work, target, *userxattr)?;
+        match (op, prep, userns) {
+            (MountOp::Overlay { upper, work, target, userxattr, .. }, Prepared::Tree(lower), _) => {
+                mount_point(target, true)?;
+                overlay(lower, upper, work, target, *userxattr)?;
+            }
+            (MountOp::Overlay { target, .. }, Prepared::Layers(lower, layer), Some(_)) => {
+                overlay_mapped(lower, layer, target)?;
+            }
+            _ => {}
         }
     }
     for op in ops {

@@ -161,3 +161,84 @@ pub fn drop_capabilities() -> Result<(), Refused> {
     }
     Ok(())
 }
+
+/// The host uid and gid a root command runs as: `nobody` and `nogroup`.
+pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
+
+/// A user namespace in which uid and gid 0 are the host's `uid` and `gid`,
+/// for a command that must not be the host's root. Only a process
+/// privileged outside the namespace may write such a map, so a throwaway
+/// child enters the namespace and this process (root) writes its maps,
+/// opens it, and lets the child go. Called by runws before it forks the
+/// init, possibly with other threads running: the child makes only raw
+/// system calls.
+pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    const P: &str = "unprivileged uid";
+    let pipe = || {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Refused::new(P, format!("pipe: {e}")))
+    };
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let (ready_wr, go_rr) = (ready_w.as_raw_fd(), go_r.as_raw_fd());
+    // The child's copies of our ends: closed there, so it sees our close.
+    let (ready_rr, go_wr) = (ready_r.as_raw_fd(), go_w.as_raw_fd());
+    // SAFETY: the child only calls unshare, write, read and _exit (async-signal-safe system calls on memory it owns), so no lock held by another thread of runws matters.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Refused::io(P, "fork", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see above; the descriptors are this child's copies.
+        unsafe {
+            libc::close(ready_rr);
+            libc::close(go_wr);
+            let ok: u8 = if libc::unshare(libc::CLONE_NEWUSER) == 0 { 1 } else { 0 };
+            libc::write(ready_wr, (&ok as *const u8).cast(), 1);
+            let mut b = 0u8;
+            libc::read(go_rr, (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((ready_w, go_r));
+    let result = (|| {
+        let mut ok = [0u8; 1];
+        let n = nix::unistd::read(&ready_r, &mut ok).map_err(|e| Refused::new(P, format!("read: {e}")))?;
+        if n != 1 || ok[0] != 1 {
+            return Err(Refused::new(P, "cannot create a user namespace (unshare refused)"));
+        }
+        let write = |file: &str, text: String| {
+            std::fs::write(format!("/proc/{pid}/{file}"), text)
+                .map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
+        };
+        write("uid_map", format!("0 {uid} 1\n"))?;
+        write("gid_map", format!("0 {gid} 1\n"))?;
+        let path = format!("/proc/{pid}/ns/user");
+        std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
+    })();
+    drop(go_w);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, writing into our local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+    {}
+    result
+}
+
+/// Makes this process uid and gid 0 of `userns` (a namespace from
+/// [`unprivileged_namespace`]): on the host, the unprivileged ids it maps,
+/// with no supplementary group. Called by the command's process as root,
+/// before it drops its capabilities.
+pub fn become_unprivileged(userns: std::os::fd::BorrowedFd<'_>) -> Result<(), Refused> {
+    const P: &str = "unprivileged uid";
+    nix::unistd::setgroups(&[]).map_err(|e| Refused::new(P, format!("setgroups: {e}")))?;
+    nix::sched::setns(userns, CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| Refused::new(P, format!("setns: {e}")))?;
+    let zero_g = nix::unistd::Gid::from_raw(0);
+    let zero_u = nix::unistd::Uid::from_raw(0);
+    nix::unistd::setresgid(zero_g, zero_g, zero_g).map_err(|e| Refused::new(P, format!("setresgid: {e}")))?;
+    nix::unistd::setresuid(zero_u, zero_u, zero_u).map_err(|e| Refused::new(P, format!("setresuid: {e}")))?;
+    Ok(())
+}

@@ -168,6 +168,7 @@ fn layout(
     run_dir: &Path,
     root: &Path,
     uid: u32,
+    host_ids: Option<(u32, u32)>,
     visible: &[PathBuf],
     base: &Path,
 ) -> Result<Vec<MountOp>> {
@@ -261,6 +262,12 @@ fn layout(
         let layer = run_dir.join("cache").join(".runws-overlay").join(i.to_string());
         for d in ["upper", "work"] {
             std::fs::create_dir_all(layer.join(d)).ctx("cannot create", layer.join(d))?;
+        }
+        if let Some((u, g)) = host_ids {
+            // The overlay's root takes the owner of its upper layer: the
+            // unprivileged id a root command runs as (see `prepare`).
+            std::os::unix::fs::chown(layer.join("upper"), Some(u), Some(g))
+                .ctx("cannot chown", layer.join("upper"))?;
         }
         if ops.iter().any(|op| op.target() == c.target) {
             return Err(Error::Usage(format!("--cache mount point `{}` is used twice", c.target.display())));
@@ -368,8 +375,28 @@ pub fn prepare(
     let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
     let program = std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone());
     let base = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+    // As root, the command becomes uid 0 of a user namespace that maps it
+    // to `nobody`: file permissions then treat it as no one in particular,
+    // and the writable binds are id-mapped so what it writes belongs to root
+    // on disk, as it would without the mapping.
+    let mut missing = Vec::new();
+    let mut host_ids = None;
+    let mut userns = None;
+    if uid == 0 && opts.kind == Kind::Sandbox {
+        let (u, g) = super::ns::UNPRIVILEGED;
+        match super::ns::unprivileged_namespace(u, g) {
+            Ok(fd) => {
+                userns = Some(child::high_fd(fd)?);
+                host_ids = Some((u, g));
+            }
+            Err(r) if opts.try_mode => {
+                missing.push(super::Missing { protection: r.protection.to_string(), why: r.why })
+            }
+            Err(r) => return Err(Error::Sandbox(r.to_string())),
+        }
+    }
     let mounts = match opts.kind {
-        Kind::Sandbox => layout(opts, &run_dir, &root, uid, &[exe.clone(), program], &base)?,
+        Kind::Sandbox => layout(opts, &run_dir, &root, uid, host_ids, &[exe.clone(), program], &base)?,
         Kind::Audit => Vec::new(),
     };
     if opts.kind == Kind::Audit {
@@ -388,6 +415,7 @@ pub fn prepare(
         run_dir: run_dir.clone(),
         mounts: mounts.clone(),
         allow_userns: opts.allow_userns,
+        unprivileged: userns.as_ref().map(|fd| super::Unprivileged { userns_fd: fd.as_raw_fd() }),
     };
     let (status_r, status_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
@@ -434,6 +462,7 @@ pub fn prepare(
     spec.argv = init_argv(&exe, status_raw, plan_raw, &spec.argv);
     spec.keep.push(status_w);
     spec.keep.push(plan_fd);
+    spec.keep.extend(userns);
     let report = if spec.in_process.is_some() {
         spec.in_process_keep.push(report_w);
         spec.pid_namespace = true;
@@ -452,6 +481,7 @@ pub fn prepare(
         hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
         layout: mounts,
         nested_userns: opts.allow_userns,
+        host_ids,
         missing: Vec::new(),
     };
     m.extra.insert(
@@ -475,6 +505,7 @@ pub fn prepare(
         broker: Some(broker),
         program: original_program,
         json: opts.json,
+        missing,
     })
 }
 

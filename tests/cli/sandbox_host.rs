@@ -361,3 +361,57 @@ fn the_command_cannot_inject_terminal_input() {
         assert_eq!(errnos, vec!["1", "1"], "{who:?}: TIOCSTI was not refused\n{}", out.stdout);
     }
 }
+
+/// As root, the command is uid 0 only inside: on the host it is `nobody`,
+/// so a root-only file or a root-only unix socket (docker's, the system
+/// bus) is as closed to it as to any unprivileged user; what it writes in
+/// the run and in `--rw` paths still belongs to root on disk.
+#[test]
+fn a_root_command_is_no_stronger_than_an_unprivileged_one() {
+    if !is_root() || !have_python() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let env = Env::new();
+    let secrets = env.path("root-only");
+    std::fs::create_dir(&secrets).unwrap();
+    std::fs::write(secrets.join("key"), "root's secret\n").unwrap();
+    std::fs::set_permissions(secrets.join("key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let sock = secrets.join("daemon.sock");
+    let server = SocketServer::start(&sock);
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let shared = env.path("shared-rw");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let code = format!(
+        "import os, socket\n\
+         print('UID', os.getuid(), os.geteuid())\n\
+         try:\n\
+         \x20   print('READ', open({key:?}).read().strip())\n\
+         except OSError as e:\n\
+         \x20   print('NOREAD', e.errno)\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         try:\n\
+         \x20   s.connect({sock:?}); print('REACHED', s.recv(64).decode().strip())\n\
+         except OSError as e:\n\
+         \x20   print('UNREACHABLE', e.errno)\n\
+         open('made-here', 'w').write('x')\n\
+         open({shared:?} + '/made-there', 'w').write('x')\n\
+         print('WROTE')\n",
+        key = secrets.join("key").display().to_string(),
+        sock = sock.display().to_string(),
+        shared = shared.display().to_string(),
+    );
+    let (s, r) = (secrets.display().to_string(), shared.display().to_string());
+    let out = probe(&env, Who::Me, &["--ro", &s, "--rw", &r], "r", &code);
+    drop(server);
+    out.ok().stdout_has("UID 0 0").stdout_has("NOREAD").stdout_has("UNREACHABLE").stdout_has("WROTE");
+    assert!(!out.stdout.contains("READ root"), "{}", out.stdout);
+    assert!(!out.stdout.contains("REACHED"), "{}", out.stdout);
+    use std::os::unix::fs::MetadataExt;
+    for made in [env.run_dir("r").join("work/made-here"), shared.join("made-there")] {
+        let meta = std::fs::metadata(&made).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "{} is not root's on disk", made.display());
+    }
+    assert_eq!(env.manifest("r")["sandbox"]["host_ids"], serde_json::json!([65534, 65534]));
+}
