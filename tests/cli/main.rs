@@ -18,4 +18,5 @@ mod reap;
 mod sandbox;
 mod sandbox_init;
 mod seal;
+mod untrusted_manifest;
 mod worktree;
