@@ -62,6 +62,7 @@ const OWNED: &[&str] = &[
     "lease",
     "sandbox",
     "worktree",
+    "allow_import",
     RESTORED,
 ];
 
@@ -128,6 +129,12 @@ impl Owner {
         let value = change(&mut m)?;
         let bytes = m.to_json();
         slot.replace_with(false, |f| std::io::Write::write_all(f, &bytes))?;
+        // The slot is renamed by name, and the command can put a file of its
+        // own under that name: then the record is written again, durably,
+        // through a temp file of a fresh name.
+        if read_bytes(dir, MANIFEST).ok().flatten().as_deref() != Some(bytes.as_slice()) {
+            super::write(dir, &m, true)?;
+        }
         self.written(m, taken_over);
         Ok(value)
     }

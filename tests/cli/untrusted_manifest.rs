@@ -231,3 +231,17 @@ fn a_corrupted_manifest_still_gets_the_real_end() {
     assert_eq!(m["outputs"][0]["name"], "data");
     env.run(&["show", "owned"]).ok();
 }
+
+#[test]
+fn a_planted_final_temp_file_does_not_replace_the_final_record() {
+    let env = Env::new();
+    let script = r#"sleep 0.2
+        printf '{ "forged": true }' > "$RUNWS_DIR/work/f"
+        mv "$RUNWS_DIR/work/f" "$RUNWS_DIR/.manifest.json.final"
+        exit 6"#;
+    env.run(&["run", "--run-id", "planted", "--", "sh", "-c", script]).code(6);
+    let m = env.manifest("planted");
+    assert_eq!(m["status"], "failed", "{m}");
+    assert_eq!(m["exit_code"], 6);
+    env.run(&["show", "planted"]).ok();
+}
