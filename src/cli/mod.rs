@@ -393,6 +393,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT")]
     pub fingerprint: Option<String>,
 
+    /// Let `runws import` read from run RUN, or from any succeeded run of job
+    /// NAME (repeatable). With --sandbox nothing else can be imported; without
+    /// it, the guard refuses the rest (exit 3)
+    #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
+    pub allow_import: Vec<String>,
+
     /// Send SIGTERM to the command's process group after DUR; exit 124
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
     pub timeout: Option<std::time::Duration>,

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod allow_import;
 mod audit;
 mod bad_input;
 mod cache;

@@ -122,6 +122,7 @@ fn run_in(
     let root = workspace::resolve_root(root)?;
     let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
     let job = job_name(&args)?;
+    crate::allowlist::check(&args.allow_import)?;
     let grants = collect_grants(&args)?;
     for input in &args.inputs {
         std::fs::metadata(input).ctx("cannot read input", input)?;
@@ -231,7 +232,7 @@ fn run_in(
     // --- sandbox: guard calls from inside reach runws over the run's socket
     // (listening already: a call made before this thread runs waits for it).
     if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
-        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone(), args.allow_import.clone());
     }
     // --- end sandbox
     // While the command starts on another core: the temp file of the final
@@ -496,9 +497,18 @@ fn prepare(
                     }
                 }
             }
-            Some(sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?)
+            let setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
+            if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
+                rec.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+            }
+            Some(setup)
         }
-        None => None,
+        None => {
+            if !args.allow_import.is_empty() {
+                m.extra.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+            }
+            None
+        }
     };
     // --- end sandbox
     Ok((spec, capture, isolated))
