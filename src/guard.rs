@@ -13,7 +13,9 @@
 //! the guard write or read outside the run.
 //!
 //! Reading another run's output is refused, except through `import`: the
-//! one explicit cross-run read, recorded in the inputs and the fingerprint.
+//! one explicit cross-run read, recorded in the inputs and the fingerprint,
+//! and held to the run's `--allow-import` list when it has one (always
+//! inside a sandbox; see [`crate::allowlist`]).
 //!
 //! ```no_run
 //! let guard = runws::guard::Guard::from_env()?;

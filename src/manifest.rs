@@ -7,6 +7,12 @@
 //! never lose each other's writes, and a reader without the lock sees the old
 //! manifest or the new one, never a mix. Fields this version does not know
 //! are kept as they are.
+//!
+//! Outside a sandbox the command can rewrite its manifest, so every read
+//! checks each value a later command uses to name a path or a process
+//! ([`Manifest::validate`], and the run id against the directory's name): a
+//! manifest that fails is unreadable, and the error names the field. runws
+//! itself writes through an [`Owner`], which puts back the fields it owns.
 
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};

@@ -393,9 +393,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT")]
     pub fingerprint: Option<String>,
 
-    /// Let `runws import` read from run RUN, or from any succeeded run of job
-    /// NAME (repeatable). With --sandbox nothing else can be imported; without
-    /// it, the guard refuses the rest (exit 3)
+    /// Let `runws import` read run RUN, or any succeeded run of job NAME
+    /// (repeatable). A sandboxed run imports nothing else (nothing at all
+    /// without this option); a plain run's guard refuses the rest too (exit 3)
     #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
     pub allow_import: Vec<String>,
 

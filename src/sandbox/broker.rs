@@ -15,7 +15,9 @@
 //! whole ancestry is visible. A process outside the run that finds the
 //! socket is refused like any other stranger. runws then performs the call
 //! with the same [`Guard`] code a plain run uses, so outputs, records and
-//! refusals are identical.
+//! refusals are identical, except that `import` is held to runws's own copy
+//! of `--allow-import` (empty unless given), and a refused `import` or
+//! `get --from` is recorded in the manifest.
 //!
 //! The protocol is one JSON line each way; `put` streams the output's bytes
 //! after its request line, `get` streams them after its reply line. The
