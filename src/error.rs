@@ -58,6 +58,9 @@ pub enum Error {
     )]
     CrossRunRead { current: String, other: String, name: String },
 
+    #[error("refused: run `{current}` may not import `{name}` from run `{other}`; {allowed}")]
+    ImportNotAllowed { current: String, other: String, name: String, allowed: String },
+
     #[error("run `{run}` has not produced `{name}`")]
     NotProduced { run: String, name: String },
 
@@ -164,7 +167,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::NotProduced { .. } => exit::NO,
-            Error::CrossRunRead { .. } => exit::FOREIGN,
+            Error::CrossRunRead { .. } | Error::ImportNotAllowed { .. } => exit::FOREIGN,
             Error::Integrity { .. } | Error::ChecksumFile { .. } => exit::INTEGRITY,
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,

@@ -11,7 +11,8 @@ pub const OK: u8 = 0;
 /// A negative answer: `has` found that this run did not produce the output,
 /// or `get` was asked for an output this run never recorded.
 pub const NO: u8 = 1;
-/// A read of another run's output was refused (use `runws import`).
+/// A read of another run's output was refused (use `runws import`), or an
+/// import from a run `--allow-import` does not name.
 pub const FOREIGN: u8 = 3;
 /// Bytes on disk no longer match the sha256 recorded for them.
 pub const INTEGRITY: u8 = 4;

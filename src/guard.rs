@@ -13,7 +13,9 @@
 //! the guard write or read outside the run.
 //!
 //! Reading another run's output is refused, except through `import`: the
-//! one explicit cross-run read, recorded in the inputs and the fingerprint.
+//! one explicit cross-run read, recorded in the inputs and the fingerprint,
+//! and held to the run's `--allow-import` list when it has one (always
+//! inside a sandbox; see [`crate::allowlist`]).
 //!
 //! ```no_run
 //! let guard = runws::guard::Guard::from_env()?;
@@ -27,6 +29,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use crate::allowlist;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::{self, copy_and_hash, hash_reader};
 use crate::fsx::{self, Dir};
@@ -34,6 +37,11 @@ use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
 use crate::procinfo;
 use crate::sandbox::broker::client as broker;
 use crate::workspace::{self, RunDir};
+
+/// The manifest field listing the guard calls refused by `--allow-import`.
+pub const REFUSED: &str = "refused";
+/// At most this many refusals are listed; the last entry is the latest.
+const MAX_REFUSED: usize = 100;
 
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,23 +324,31 @@ impl Guard {
 
     /// Copies output `name` of the finished run `run` into
     /// `inputs/<run>/<name>`, and records it (with the producer run) in the
-    /// inputs and the input fingerprint.
+    /// inputs and the input fingerprint. Only from the runs the run's
+    /// `--allow-import` names, when it has such a list (see
+    /// [`crate::allowlist`]); a refusal is exit 3 and recorded.
     pub fn import(&self, run: &str, name: &str) -> Result<InputRecord> {
+        self.import_within(run, name, None)
+    }
+
+    /// [`Guard::import`] held to `allowed` (runws's own copy of a sandboxed
+    /// run's list) instead of the list the manifest records.
+    pub fn import_within(&self, run: &str, name: &str, allowed: Option<&[String]>) -> Result<InputRecord> {
         fsx::check_name(name)?;
         workspace::check_run_id(run)?;
         if self.via == Via::Broker {
             return broker::import(self.dir(), run, name);
         }
-        self.manifest()?;
+        let m = self.manifest()?;
         let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: name.to_string(), why };
         if run == self.run.id {
             return Err(refuse("a run cannot import its own output; use `runws get`".into()));
         }
+        if let Some(list) = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m)) {
+            self.check_allowed(&list, run, name)?;
+        }
         let producer = RunDir::open(&self.run.root, run)?;
         let pm = manifest::read(&producer.dir)?;
-        if pm.run_id != run {
-            return Err(refuse(format!("its manifest names run `{}`", pm.run_id)));
-        }
         if pm.status != Status::Succeeded {
             return Err(refuse(format!(
                 "run `{run}` is {}; only a succeeded run can be imported from",
@@ -386,6 +402,58 @@ impl Guard {
         });
         let _ = into.unlink(&tmp);
         result
+    }
+
+    /// Refuses (exit 3), and records the refusal, unless `list` names run
+    /// `run` or the job of that run (which must have succeeded). Whether the
+    /// run exists is not told apart from whether it is allowed.
+    fn check_allowed(&self, list: &[String], run: &str, name: &str) -> Result<()> {
+        if allowlist::names_run(list, run) {
+            return Ok(());
+        }
+        if allowlist::has_jobs(list)
+            && let Ok(producer) = RunDir::open(&self.run.root, run)
+            && let Ok(pm) = manifest::read(&producer.dir)
+            && pm.status == Status::Succeeded
+            && allowlist::names_job(list, &pm.job)
+        {
+            return Ok(());
+        }
+        let refusal = Error::ImportNotAllowed {
+            current: self.run.id.clone(),
+            other: run.to_string(),
+            name: name.to_string(),
+            allowed: allowlist::describe(list),
+        };
+        Err(self.record_refusal("import", run, name, refusal))
+    }
+
+    /// Records a cross-run call refused with exit 3 in the manifest's
+    /// `refused` list (when, the call, the run asked for, the name, why)
+    /// and returns the refusal, or why it could not be recorded.
+    pub(crate) fn record_refusal(&self, call: &str, run: &str, name: &str, refusal: Error) -> Error {
+        let entry = serde_json::json!({
+            "at": manifest::format_time(SystemTime::now()),
+            "call": call,
+            "run": run,
+            "name": name,
+            "why": refusal.to_string(),
+        });
+        let recorded = manifest::update(&self.run.dir, true, |m| {
+            self.check_live(m)?;
+            let mut list = match m.extra.remove(REFUSED) {
+                Some(serde_json::Value::Array(a)) => a,
+                _ => Vec::new(),
+            };
+            list.truncate(MAX_REFUSED - 1);
+            list.push(entry);
+            m.extra.insert(REFUSED.into(), list.into());
+            Ok(())
+        });
+        match recorded {
+            Ok(()) => refusal,
+            Err(e) => e,
+        }
     }
 
     /// Records something this run created outside plain files of its own

@@ -4,6 +4,7 @@
 //! below hold the mechanisms, and [`guard`] is the public API a child uses
 //! from Rust.
 
+pub mod allowlist;
 pub mod cache;
 pub mod capture;
 pub mod child;

@@ -7,6 +7,12 @@
 //! never lose each other's writes, and a reader without the lock sees the old
 //! manifest or the new one, never a mix. Fields this version does not know
 //! are kept as they are.
+//!
+//! Outside a sandbox the command can rewrite its manifest, so every read
+//! checks each value a later command uses to name a path or a process
+//! ([`Manifest::validate`], and the run id against the directory's name): a
+//! manifest that fails is unreadable, and the error names the field. runws
+//! itself writes through an [`Owner`], which puts back the fields it owns.
 
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
@@ -14,6 +20,9 @@ use std::time::{Duration, SystemTime};
 use crate::error::{Error, Result};
 use crate::fsx::{Dir, DirLock, Reserved};
 use crate::workspace::{FINAL_TEMP, MANIFEST};
+
+mod owned;
+pub use owned::{Owner, RESTORED};
 
 /// The manifest schema this runws writes.
 pub const SCHEMA: u32 = 1;
@@ -203,7 +212,135 @@ pub struct Manifest {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Why a value read back from a manifest is refused: the field, and what is
+/// wrong with it.
+fn bad(field: impl std::fmt::Display, why: impl std::fmt::Display) -> String {
+    format!("field `{field}`: {why}")
+}
+
+fn check_pid(field: &str, pid: i32, least: i32) -> std::result::Result<(), String> {
+    if pid < least {
+        return Err(bad(field, format!("{pid} is not a process runws would look up or signal")));
+    }
+    Ok(())
+}
+
+/// A path relative to `inputs/`: plain components only.
+fn check_relative(field: &str, path: &str) -> std::result::Result<(), String> {
+    let plain = !path.is_empty()
+        && !path.contains('\0')
+        && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+    if !plain {
+        return Err(bad(field, format!("`{}` is not a plain relative path", path.escape_debug())));
+    }
+    Ok(())
+}
+
+fn check_absolute(field: &str, path: &str) -> std::result::Result<(), String> {
+    if !path.starts_with('/') || path.contains('\0') {
+        return Err(bad(field, format!("`{}` is not an absolute path", path.escape_debug())));
+    }
+    Ok(())
+}
+
+impl OutputRecord {
+    /// Its name is one path component and its file is `<name>.<run_id>`,
+    /// as the guard writes it.
+    pub fn validate(&self, i: usize, run_id: &str) -> std::result::Result<(), String> {
+        crate::fsx::check_name(&self.name).map_err(|e| bad(format_args!("outputs[{i}].name"), e))?;
+        if self.file != format!("{}.{run_id}", self.name) {
+            return Err(bad(
+                format_args!("outputs[{i}].file"),
+                format!("`{}` is not `{}.{run_id}`", self.file.escape_debug(), self.name),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl InputRecord {
+    /// A relative path of plain components; a producer run and output that
+    /// are a run id and a name.
+    pub fn validate(&self, i: usize) -> std::result::Result<(), String> {
+        check_relative(&format!("inputs[{i}].path"), &self.path)?;
+        if let Some(run) = &self.from_run {
+            crate::workspace::check_run_id(run).map_err(|e| bad(format_args!("inputs[{i}].from_run"), e))?;
+        }
+        if let Some(name) = &self.from_output {
+            crate::fsx::check_name(name).map_err(|e| bad(format_args!("inputs[{i}].from_output"), e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Claim {
+    /// What `runws claim` accepts: a known kind, an absolute path, a branch
+    /// name that cannot be an option, a process group id above 1, and an
+    /// absolute repository for a branch or worktree.
+    pub fn validate(&self, i: usize) -> std::result::Result<(), String> {
+        let value = format!("claims[{i}].value");
+        if self.value.is_empty() || self.value.contains('\0') {
+            return Err(bad(value, "empty or holds NUL"));
+        }
+        match self.kind.as_str() {
+            "path" | "worktree" => check_absolute(&value, &self.value)?,
+            "branch" => {
+                let v = &self.value;
+                if v.starts_with('-') || v.contains("..") || v.contains(' ') {
+                    return Err(bad(value, format!("`{}` is not a branch name", v.escape_debug())));
+                }
+            }
+            "pgid" => {
+                let pgid: i32 = self.value.parse().map_err(|_| bad(&value, "not a process group id"))?;
+                check_pid(&value, pgid, 2)?;
+            }
+            other => {
+                return Err(bad(
+                    format_args!("claims[{i}].kind"),
+                    format!("`{}` is not path, branch, worktree or pgid", other.escape_debug()),
+                ));
+            }
+        }
+        if matches!(self.kind.as_str(), "branch" | "worktree") {
+            let repo = format!("claims[{i}].repo");
+            match &self.repo {
+                Some(r) => check_absolute(&repo, r)?,
+                None => return Err(bad(repo, "a branch or worktree claim names its repository")),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Manifest {
+    /// Checks every value a later runws command takes from the manifest to
+    /// name a path or a process, as strictly as runws checked it before
+    /// writing it: outside a sandbox the command can rewrite its manifest,
+    /// so nothing in it is trusted. The error names the field.
+    ///
+    /// The pid of runws itself may be 1 (runws as a container's first
+    /// process); it is only ever looked up, never signalled. The command's
+    /// pid and process group, which the reaper signals, must be above 1.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        crate::workspace::check_run_id(&self.run_id).map_err(|e| bad("run_id", e))?;
+        crate::workspace::check_job(&self.job).map_err(|e| bad("job", e))?;
+        check_pid("runws.pid", self.runws.pid, 1)?;
+        if let Some(c) = &self.child {
+            check_pid("child.pid", c.pid, 2)?;
+            check_pid("child.pgid", c.pgid, 2)?;
+        }
+        for (i, o) in self.outputs.iter().enumerate() {
+            o.validate(i, &self.run_id)?;
+        }
+        for (i, input) in self.inputs.iter().enumerate() {
+            input.validate(i)?;
+        }
+        for (i, c) in self.claims.iter().enumerate() {
+            c.validate(i)?;
+        }
+        Ok(())
+    }
+
     pub fn output(&self, name: &str) -> Option<&OutputRecord> {
         self.outputs.iter().find(|o| o.name == name)
     }
@@ -315,25 +452,60 @@ fn left_in_final_temp(dir: &Dir, current: &Result<Manifest>) -> Option<std::resu
     Some(if ended.status != Status::Running && same_run { Ok(ended) } else { Err(()) })
 }
 
-fn read_named(dir: &Dir, name: &str) -> Result<Manifest> {
+/// The most bytes read from a manifest: far more than any run records, and
+/// a bound on what a planted file can make a reader hold.
+pub const MAX_BYTES: u64 = 64 << 20;
+
+/// The bytes of `name` in `dir`, never through a symlink; `None` when it
+/// does not exist.
+fn read_bytes(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
     let path = dir.join(name);
-    let Some(mut file) = dir.open_read(name)? else {
-        return Err(Error::ManifestMissing { path });
-    };
+    let Some(file) = dir.open_read(name)? else { return Ok(None) };
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| Error::io("cannot read", &path, e))?;
-    parse(&bytes, &path)
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_BYTES + 1), &mut bytes)
+        .map_err(|e| Error::io("cannot read", &path, e))?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(Error::ManifestCorrupt { path, why: format!("it is larger than {MAX_BYTES} bytes") });
+    }
+    Ok(Some(bytes))
 }
 
-pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
-    let m: Manifest = serde_json::from_slice(bytes)
-        .map_err(|e| Error::ManifestCorrupt { path: path.to_path_buf(), why: e.to_string() })?;
-    if m.schema != SCHEMA {
+/// Reads, parses and checks `name` in the run directory `dir`: its run id
+/// must be the directory's name.
+fn read_named(dir: &Dir, name: &str) -> Result<Manifest> {
+    let path = dir.join(name);
+    let Some(bytes) = read_bytes(dir, name)? else {
+        return Err(Error::ManifestMissing { path });
+    };
+    let m = parse(&bytes, &path)?;
+    check_dir_name(&m, dir, &path)?;
+    Ok(m)
+}
+
+/// The run id a manifest names must be its directory's name: a run cannot
+/// speak for another run (or for a path) by naming it.
+fn check_dir_name(m: &Manifest, dir: &Dir, path: &std::path::Path) -> Result<()> {
+    let dir_name = dir.path().file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if m.run_id != dir_name {
         return Err(Error::ManifestCorrupt {
             path: path.to_path_buf(),
-            why: format!("schema {} is not the schema {SCHEMA} this runws reads", m.schema),
+            why: bad(
+                "run_id",
+                format!("`{}` is not the name of its directory `{dir_name}`", m.run_id.escape_debug()),
+            ),
         });
     }
+    Ok(())
+}
+
+/// Parses a manifest and checks every value in it (see [`Manifest::validate`]).
+pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
+    let corrupt = |why: String| Error::ManifestCorrupt { path: path.to_path_buf(), why };
+    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    if m.schema != SCHEMA {
+        return Err(corrupt(format!("schema {} is not the schema {SCHEMA} this runws reads", m.schema)));
+    }
+    m.validate().map_err(corrupt)?;
     Ok(m)
 }
 

@@ -42,6 +42,18 @@ pub fn check_run_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a job name: the run id's alphabet, so that it is safe as the one
+/// path component it becomes (`ROOT/archive/<job>`). The same rule holds
+/// for `--job` and for a job read back from a manifest.
+pub fn check_job(job: &str) -> Result<()> {
+    check_run_id(job).map_err(|_| {
+        Error::Usage(format!(
+            "invalid job name `{}`: use letters, digits, `.`, `_` and `-`, starting with a letter or digit",
+            job.escape_debug()
+        ))
+    })
+}
+
 /// A new run id: a UUIDv7, so ids sort by the time they were made. Its
 /// random bits come from getrandom(2); where that is refused (a seccomp
 /// profile), the run fails with a clear error instead of a panic.

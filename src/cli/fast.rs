@@ -64,6 +64,7 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "port-host" => a.port_host = text(&mut words)?,
             "input" => a.inputs.push(value(&mut words)?.into()),
             "fingerprint" => a.fingerprint = Some(text(&mut words)?),
+            "allow-import" => a.allow_import.push(text(&mut words)?),
             "timeout" => a.timeout = Some(dur(&mut words)?),
             "kill-after" => a.kill_after = Some(dur(&mut words)?),
             "lease-ttl" => a.lease_ttl = dur(&mut words)?,
@@ -89,8 +90,19 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             _ => return None,
         }
         // Repeatable options may come again.
-        if matches!(name, "env" | "pass" | "env-file" | "input" | "include" | "rw" | "ro" | "cache" | "hide")
-        {
+        if matches!(
+            name,
+            "env"
+                | "pass"
+                | "env-file"
+                | "input"
+                | "allow-import"
+                | "include"
+                | "rw"
+                | "ro"
+                | "cache"
+                | "hide"
+        ) {
             seen.pop();
         }
     }
@@ -138,6 +150,7 @@ fn defaults() -> RunArgs {
         listen: false,
         inputs: Vec::new(),
         fingerprint: None,
+        allow_import: Vec::new(),
         timeout: None,
         kill_after: None,
         lease_ttl: Duration::from_secs(60),
@@ -228,6 +241,7 @@ mod tests {
             &["run", "--env-file", "e1", "--env-file", "e2", "--path", "/opt/bin", "--", "x"],
             &["run", "--ports", "0", "--port-host", "::1", "--listen", "--", "x"],
             &["run", "--input", "a.csv", "--input", "dir/", "--fingerprint", "sha256:ab", "--", "x"],
+            &["run", "--allow-import", "r1", "--sandbox", "--allow-import", "job:nightly", "--", "x"],
             &["run", "--timeout", "10m", "--kill-after", "5s", "--lease-ttl", "2s", "--", "x"],
             &["run", "--capture", "--cwd", "sub", "--", "x"],
             &["run", "--worktree", ".", "--base", "main", "--", "x"],

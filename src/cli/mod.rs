@@ -393,6 +393,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT")]
     pub fingerprint: Option<String>,
 
+    /// Let `runws import` read run RUN, or any succeeded run of job NAME
+    /// (repeatable). A sandboxed run imports nothing else (nothing at all
+    /// without this option); a plain run's guard refuses the rest too (exit 3)
+    #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
+    pub allow_import: Vec<String>,
+
     /// Send SIGTERM to the command's process group after DUR; exit 124
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
     pub timeout: Option<std::time::Duration>,

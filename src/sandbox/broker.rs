@@ -15,7 +15,9 @@
 //! whole ancestry is visible. A process outside the run that finds the
 //! socket is refused like any other stranger. runws then performs the call
 //! with the same [`Guard`] code a plain run uses, so outputs, records and
-//! refusals are identical.
+//! refusals are identical, except that `import` is held to runws's own copy
+//! of `--allow-import` (empty unless given), and a refused `import` or
+//! `get --from` is recorded in the manifest.
 //!
 //! The protocol is one JSON line each way; `put` streams the output's bytes
 //! after its request line, `get` streams them after its reply line. The
@@ -79,21 +81,23 @@ impl Server {
     }
 
     /// Serves guard calls until runws exits (one thread per connection, so a
-    /// slow `put` does not hold up the others).
-    pub fn serve(self, run_dir: PathBuf, id: String, root: PathBuf) {
+    /// slow `put` does not hold up the others). `import` reaches only the
+    /// runs `allow_import` names (runws's own copy of `--allow-import`).
+    pub fn serve(self, run_dir: PathBuf, id: String, root: PathBuf, allow_import: Vec<String>) {
+        let allow = std::sync::Arc::new(allow_import);
         std::thread::spawn(move || {
             let _keep = self._dir;
             for stream in self.listener.incoming().flatten() {
-                let (run_dir, id, root) = (run_dir.clone(), id.clone(), root.clone());
-                std::thread::spawn(move || handle(stream, &run_dir, &id, &root));
+                let (run_dir, id, root, allow) = (run_dir.clone(), id.clone(), root.clone(), allow.clone());
+                std::thread::spawn(move || handle(stream, &run_dir, &id, &root, &allow));
             }
         });
     }
 }
 
-fn handle(stream: UnixStream, run_dir: &Path, id: &str, root: &Path) {
+fn handle(stream: UnixStream, run_dir: &Path, id: &str, root: &Path, allow: &[String]) {
     let mut reader = BufReader::new(&stream);
-    let reply = answer(&mut reader, &stream, run_dir, id, root);
+    let reply = answer(&mut reader, &stream, run_dir, id, root, allow);
     let (reply, body) = match reply {
         Ok((value, body)) => (Reply { ok: true, value, bytes: body.len() as u64, ..Reply::default() }, body),
         Err(e) => (
@@ -114,6 +118,7 @@ fn answer(
     run_dir: &Path,
     id: &str,
     root: &Path,
+    allow: &[String],
 ) -> Result<(serde_json::Value, Vec<u8>)> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let peer = getsockopt(stream, PeerCredentials).ctx("cannot identify the caller on", SOCKET)?;
@@ -132,11 +137,17 @@ fn answer(
         }
         Request::Get { name, from } => {
             let mut body = Vec::new();
-            guard.get(&name, from.as_deref(), &mut body)?;
+            match guard.get(&name, from.as_deref(), &mut body) {
+                // Recorded like a refused import: the sandbox's other way out.
+                Err(e @ Error::CrossRunRead { .. }) => {
+                    return Err(guard.record_refusal("get", from.as_deref().unwrap_or_default(), &name, e));
+                }
+                r => r?,
+            };
             (serde_json::Value::Null, body)
         }
         Request::Has { name } => (serde_json::Value::Bool(guard.has(&name)?), Vec::new()),
-        Request::Import { run, name } => (json(&guard.import(&run, &name)?), Vec::new()),
+        Request::Import { run, name } => (json(&guard.import_within(&run, &name, Some(allow))?), Vec::new()),
         Request::Info => (json(&guard.manifest()?), Vec::new()),
         Request::Claim { kind, value, repo } => {
             if kind == "pgid" {

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod allow_import;
 mod audit;
 mod bad_input;
 mod cache;
@@ -19,4 +20,5 @@ mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
 mod seal;
+mod untrusted_manifest;
 mod worktree;

@@ -322,7 +322,9 @@ fn the_guard_works_inside_and_refuses_a_stranger_outside() {
             touch "$RUNWS_DIR/work/ready"
             while [ ! -e "$RUNWS_DIR/work/go" ]; do sleep 0.05; done
         "#;
-        let child = runws_as(&env, who, &["run", "--sandbox", "--run-id", "g", "--", "sh", "-c", script])
+        let args =
+            ["run", "--sandbox", "--allow-import", "producer", "--run-id", "g", "--", "sh", "-c", script];
+        let child = runws_as(&env, who, &args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn_retrying();

@@ -7,7 +7,7 @@ use crate::child::Outcome;
 use crate::error::Error;
 use crate::exit;
 use crate::fsx::Reserved;
-use crate::manifest::{self, Manifest, Status};
+use crate::manifest::{self, Manifest, Owner, Status};
 use crate::workspace::RunDir;
 
 /// The exit status runws reports for how the command ended.
@@ -37,11 +37,11 @@ pub(super) fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow:
 
 /// Records and reports a command that could not be started (126, 127, or
 /// 125 for a refused sandbox); returns its exit code.
-pub(super) fn not_started(run: &RunDir, e: Error, slot: Option<Reserved<'_>>) -> u8 {
+pub(super) fn not_started(run: &RunDir, record: &mut Owner, e: Error, slot: Option<Reserved<'_>>) -> u8 {
     let code = e.exit_code();
     let msg = e.to_string();
     let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, outcome, Some(msg.clone()), slot, None) {
+    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None) {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     eprintln!("runws: {msg}");
@@ -53,6 +53,7 @@ pub(super) fn not_started(run: &RunDir, e: Error, slot: Option<Reserved<'_>>) ->
 /// with when the run's lease was found lost, if it was.
 pub(super) fn finish(
     run: &RunDir,
+    record: &mut Owner,
     o: Outcome,
     error: Option<String>,
     slot: Option<Reserved<'_>>,
@@ -77,13 +78,15 @@ pub(super) fn finish(
         let now = manifest::format_time(SystemTime::now());
         m.lease_until = now.clone();
         m.finished_at = Some(now);
-        if let (Some(at), Some(rec)) = (lease_lost_at, m.extra.get_mut("lease")) {
-            rec["lost_at"] = at.into();
+        if let (Some(at), Some(rec)) =
+            (lease_lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
+        {
+            rec.insert("lost_at".into(), at.into());
         }
         Ok(())
     };
     match slot {
-        Some(slot) => manifest::update_reserved(&run.dir, slot, change),
-        None => manifest::update(&run.dir, true, change),
+        Some(slot) => record.update_reserved(&run.dir, slot, change),
+        None => record.update(&run.dir, true, change),
     }
 }

@@ -38,12 +38,7 @@ const FIRST_SYNC_DELAY: Duration = Duration::from_millis(20);
 /// A job name: the id alphabet, so it is safe as a path component later.
 fn job_name(args: &RunArgs) -> Result<String, Error> {
     if let Some(job) = &args.job {
-        workspace::check_run_id(job).map_err(|_| {
-            Error::Usage(format!(
-                "invalid job name `{}`: use letters, digits, `.`, `_` and `-`, starting with a letter or digit",
-                job.escape_debug()
-            ))
-        })?;
+        workspace::check_job(job)?;
         return Ok(job.clone());
     }
     let base =
@@ -127,6 +122,7 @@ fn run_in(
     let root = workspace::resolve_root(root)?;
     let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
     let job = job_name(&args)?;
+    crate::allowlist::check(&args.allow_import)?;
     let grants = collect_grants(&args)?;
     for input in &args.inputs {
         std::fs::metadata(input).ctx("cannot read input", input)?;
@@ -222,18 +218,21 @@ fn run_in(
             return Err(e).with_context(|| format!("cannot record run `{id}`"));
         }
     };
+    // From here on every write of runws's puts back the fields it owns: the
+    // command may have edited the file (see [`manifest::Owner`]).
+    let mut record = manifest::Owner::new(m);
     if !args.listen {
         // The command binds these ports itself; the ledger still holds them.
         ports.close_sockets();
     }
     let started = match paused.open_gate(&program) {
         Ok(s) => s,
-        Err(e) => return Ok(not_started(&run, e, None)),
+        Err(e) => return Ok(not_started(&run, &mut record, e, None)),
     };
     // --- sandbox: guard calls from inside reach runws over the run's socket
     // (listening already: a call made before this thread runs waits for it).
     if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
-        broker.serve(run.path().to_path_buf(), id.clone(), root.clone());
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone(), args.allow_import.clone());
     }
     // --- end sandbox
     // While the command starts on another core: the temp file of the final
@@ -245,7 +244,7 @@ fn run_in(
     if let Some(setup) = isolated.as_mut() {
         match setup.wait_started() {
             Ok(missing) if !missing.is_empty() => {
-                let r = manifest::update(&run.dir, false, |m| {
+                let r = record.update(&run.dir, false, |m| {
                     sandbox::note_missing(m, &missing);
                     Ok(())
                 });
@@ -256,7 +255,7 @@ fn run_in(
             Ok(_) => {}
             Err(e) => {
                 let _ = nix::sys::wait::waitpid(pid, None);
-                return Ok(not_started(&run, e, final_slot));
+                return Ok(not_started(&run, &mut record, e, final_slot));
             }
         }
     }
@@ -268,12 +267,14 @@ fn run_in(
     let mut warned = false;
     let mut renew = || {
         let lost_at = lease.as_mut().and_then(|l| l.renew());
-        let r = manifest::update(run_dir, false, |m| {
+        let r = record.update(run_dir, false, |m| {
             if m.status == Status::Running {
                 m.lease_until = manifest::now_plus(ttl);
             }
-            if let (Some(at), Some(rec)) = (&lost_at, m.extra.get_mut("lease")) {
-                rec["lost_at"] = at.clone().into();
+            if let (Some(at), Some(rec)) =
+                (&lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
+            {
+                rec.insert("lost_at".into(), at.clone().into());
             }
             Ok(())
         });
@@ -313,7 +314,7 @@ fn run_in(
     }
     let mut outcome = outcome?;
     if let Some(e) = started.exec_error(&program) {
-        return Ok(not_started(&run, e, final_slot));
+        return Ok(not_started(&run, &mut record, e, final_slot));
     }
     // --- sandbox: a child that was the sandbox's PID 1 reports the command's status.
     if let Some(raw) = isolated.as_mut().and_then(|s| s.command_status()) {
@@ -322,15 +323,23 @@ fn run_in(
     // --- end sandbox
     let code = exit_code(&outcome);
     // --- sandbox: record and show what an audit found.
-    if let Some(setup) = isolated.as_ref() {
-        setup.finish(&run)?;
+    if let Some(setup) = isolated.as_ref()
+        && let Err(e) = setup.finish(&run)
+    {
+        // The command's end is recorded all the same.
+        eprintln!("runws: warning: cannot record the audit of run `{id}`: {e}");
     }
     // --- end sandbox
     // A lease lost while the command ran is found now at the latest, however
     // quickly the command ended after runws was stopped or starved.
     let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
-    finish(&run, outcome, None, final_slot, lease_lost_at)
+    finish(&run, &mut record, outcome, None, final_slot, lease_lost_at)
         .with_context(|| format!("cannot record the end of run `{id}`"))?;
+    if record.record().extra.contains_key(manifest::RESTORED) {
+        eprintln!(
+            "runws: warning: the manifest of run `{id}` was changed by its command; runws put back what it records itself (see `restored` in the manifest)"
+        );
+    }
     ports.release();
     drop(lease);
     if args.seal {
@@ -488,9 +497,18 @@ fn prepare(
                     }
                 }
             }
-            Some(sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?)
+            let setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
+            if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
+                rec.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+            }
+            Some(setup)
         }
-        None => None,
+        None => {
+            if !args.allow_import.is_empty() {
+                m.extra.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+            }
+            None
+        }
     };
     // --- end sandbox
     Ok((spec, capture, isolated))
