@@ -1,6 +1,6 @@
 //! The system-call filter a sandboxed command runs under.
 //!
-//! It refuses two things the mounts and the dropped capabilities cannot:
+//! It refuses what the mounts and the dropped capabilities cannot:
 //!
 //! * **Nested user namespaces** (unless `--allow-userns`). A process that
 //!   creates a user namespace holds every capability inside it: nothing it
@@ -14,17 +14,27 @@
 //!   can paste a console selection): the command shares the terminal of the
 //!   shell that started runws, and input pushed there runs as the user,
 //!   outside every protection, once the run ends.
+//! * **Set-user-ID and set-group-ID files.** The sandbox's mounts are
+//!   `nosuid`, but the run's files stay on the host's disk, where they are
+//!   not: a set-uid program the command left in `work/` would run as the
+//!   user runws ran as (as root, as root, since the run's directories are
+//!   id-mapped to root) for whoever executes it later. `chmod`, `fchmod`,
+//!   `fchmodat`, `fchmodat2` and `mknod(at)` with `S_ISUID` or `S_ISGID` in
+//!   the mode, and `open(at)`/`creat` creating a file with either, fail with
+//!   `EPERM`; `openat2` (whose mode lives in memory) fails with `ENOSYS`, so
+//!   callers fall back to `openat`. A set-group-ID directory is refused too.
 //!
-//! Only the low 32 bits of a request or flag word are compared, because
-//! the kernel reads only those (`ioctl`'s request is an `unsigned int`): a
-//! filter that compared all 64 could be passed with a high bit set.
-//! System calls of another ABI (32-bit x86 on x86-64) get the same rules
-//! with their own numbers; the x32 ABI, which shares the x86-64 audit arch,
-//! is refused outright.
+//! Only the low 32 bits of an argument are compared, because the kernel
+//! reads only those for every argument checked here (`ioctl`'s request is
+//! an `unsigned int`, flags and modes are 32-bit): a filter that compared
+//! all 64 could be passed with a high bit set. System calls of another ABI
+//! (32-bit x86 on x86-64) get the same rules with their own numbers; the
+//! x32 ABI, which shares the x86-64 audit arch, is refused outright, and an
+//! unknown ABI kills the process.
 //!
-//! The filter is a few classic-BPF instructions built here, installed with
-//! `PR_SET_NO_NEW_PRIVS` already set, in the command's process right before
-//! `execve`; every process the command starts inherits it.
+//! The filter is classic BPF built here from a table of rules, installed
+//! with `PR_SET_NO_NEW_PRIVS` already set, in the command's process right
+//! before `execve`; every process the command starts inherits it.
 
 use std::io;
 
@@ -37,8 +47,10 @@ const P: &str = "system-call filter";
 // seccomp_data: { int nr; u32 arch; u64 instruction_pointer; u64 args[6] }.
 const NR: u32 = 0;
 const ARCH: u32 = 4;
-const ARG0_LOW: u32 = 16;
-const ARG1_LOW: u32 = 24;
+/// The offset of the low 32 bits of argument `i` (little-endian).
+const fn arg(i: u32) -> u32 {
+    16 + 8 * i
+}
 
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
@@ -52,28 +64,134 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541c;
 const CLONE_NEWUSER: u32 = 0x1000_0000;
+const SET_ID_BITS: u32 = 0o6000;
+/// `O_CREAT | __O_TMPFILE`: an open that may create a file with a mode.
+const CREATES: u32 = 0o100 | 0o2000_0000;
 
-/// The system-call numbers the filter looks at, for one ABI.
+/// System-call numbers of one ABI; `None` where the ABI lacks the call.
 struct Abi {
     arch: u32,
     unshare: u32,
     clone: u32,
     clone3: u32,
     ioctl: u32,
+    open: Option<u32>,
+    openat: u32,
+    openat2: u32,
+    creat: Option<u32>,
+    mknod: Option<u32>,
+    mknodat: u32,
+    chmod: Option<u32>,
+    fchmod: u32,
+    fchmodat: u32,
+    fchmodat2: u32,
 }
 
 #[cfg(target_arch = "x86_64")]
 const ABIS: &[Abi] = &[
-    Abi { arch: AUDIT_ARCH_X86_64, unshare: 272, clone: 56, clone3: 435, ioctl: 16 },
-    Abi { arch: AUDIT_ARCH_I386, unshare: 310, clone: 120, clone3: 435, ioctl: 54 },
+    Abi {
+        arch: AUDIT_ARCH_X86_64,
+        unshare: 272,
+        clone: 56,
+        clone3: 435,
+        ioctl: 16,
+        open: Some(2),
+        openat: 257,
+        openat2: 437,
+        creat: Some(85),
+        mknod: Some(133),
+        mknodat: 259,
+        chmod: Some(90),
+        fchmod: 91,
+        fchmodat: 268,
+        fchmodat2: 452,
+    },
+    Abi {
+        arch: AUDIT_ARCH_I386,
+        unshare: 310,
+        clone: 120,
+        clone3: 435,
+        ioctl: 54,
+        open: Some(5),
+        openat: 295,
+        openat2: 437,
+        creat: Some(8),
+        mknod: Some(14),
+        mknodat: 297,
+        chmod: Some(15),
+        fchmod: 94,
+        fchmodat: 306,
+        fchmodat2: 452,
+    },
 ];
 #[cfg(target_arch = "aarch64")]
-const ABIS: &[Abi] = &[Abi { arch: AUDIT_ARCH_AARCH64, unshare: 97, clone: 220, clone3: 435, ioctl: 29 }];
+const ABIS: &[Abi] = &[Abi {
+    arch: AUDIT_ARCH_AARCH64,
+    unshare: 97,
+    clone: 220,
+    clone3: 435,
+    ioctl: 29,
+    open: None,
+    openat: 56,
+    openat2: 437,
+    creat: None,
+    mknod: None,
+    mknodat: 33,
+    chmod: None,
+    fchmod: 52,
+    fchmodat: 53,
+    fchmodat2: 452,
+}];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const ABIS: &[Abi] = &[];
 
-// Keep the unused constant of the other architecture from warning.
+// Keep the constants of the other architectures from warning.
 const _: u32 = AUDIT_ARCH_AARCH64 ^ AUDIT_ARCH_I386 ^ AUDIT_ARCH_X86_64;
+
+/// What the filter refuses, for one system call.
+#[derive(Clone, Copy)]
+enum Rule {
+    /// Always, with this errno.
+    Always(u32, i32),
+    /// When argument `arg` has any bit of `mask`.
+    AnyBit { nr: u32, arg: u32, mask: u32, errno: i32 },
+    /// When argument `arg` equals one of `values`.
+    OneOf { nr: u32, arg: u32, values: &'static [u32], errno: i32 },
+    /// When argument `flags` has a bit of `flags_mask` and `mode` a bit of
+    /// `mode_mask`.
+    Both { nr: u32, flags: u32, flags_mask: u32, mode: u32, mode_mask: u32, errno: i32 },
+}
+
+fn rules(abi: &Abi, allow_userns: bool) -> Vec<Rule> {
+    use Rule::*;
+    let (eperm, enosys) = (libc::EPERM, libc::ENOSYS);
+    let set_id = |nr: u32, arg: u32| AnyBit { nr, arg, mask: SET_ID_BITS, errno: eperm };
+    let mut out = vec![OneOf { nr: abi.ioctl, arg: 1, values: &[TIOCSTI, TIOCLINUX], errno: eperm }];
+    if !allow_userns {
+        out.push(AnyBit { nr: abi.unshare, arg: 0, mask: CLONE_NEWUSER, errno: eperm });
+        out.push(AnyBit { nr: abi.clone, arg: 0, mask: CLONE_NEWUSER, errno: eperm });
+        out.push(Always(abi.clone3, enosys));
+    }
+    out.extend(abi.chmod.map(|nr| set_id(nr, 1)));
+    out.push(set_id(abi.fchmod, 1));
+    out.push(set_id(abi.fchmodat, 2));
+    out.push(set_id(abi.fchmodat2, 2));
+    out.extend(abi.mknod.map(|nr| set_id(nr, 1)));
+    out.push(set_id(abi.mknodat, 2));
+    out.extend(abi.creat.map(|nr| set_id(nr, 1)));
+    let creating = |nr: u32, flags: u32| Both {
+        nr,
+        flags,
+        flags_mask: CREATES,
+        mode: flags + 1,
+        mode_mask: SET_ID_BITS,
+        errno: eperm,
+    };
+    out.extend(abi.open.map(|nr| creating(nr, 1)));
+    out.push(creating(abi.openat, 2));
+    out.push(Always(abi.openat2, enosys));
+    out
+}
 
 /// One classic-BPF instruction, as `struct sock_filter`.
 #[derive(Clone, Copy)]
@@ -99,12 +217,51 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
     Insn { code, jt, jf, k }
 }
 
-/// The filter program. Per ABI, in order: a block that checks the
-/// architecture and skips to the next block when it differs; in it, each
-/// rule loads the call number, compares, and either returns its verdict or
-/// falls through. Jumps are relative, so each block is built from the end.
+fn errno(e: i32) -> u32 {
+    RET_ERRNO | (e as u32 & 0xffff)
+}
+
+/// The instructions of one rule: they return its verdict when it applies
+/// and fall through to the next rule otherwise (jumps are relative, counted
+/// from the instruction after the jump).
+fn compile(rule: Rule) -> Vec<Insn> {
+    match rule {
+        Rule::Always(nr, e) => {
+            vec![stmt(LD_W_ABS, NR), jump(JEQ_K, nr, 0, 1), stmt(RET_K, errno(e))]
+        }
+        Rule::AnyBit { nr, arg: a, mask, errno: e } => vec![
+            stmt(LD_W_ABS, NR),
+            jump(JEQ_K, nr, 0, 3),
+            stmt(LD_W_ABS, arg(a)),
+            jump(JSET_K, mask, 0, 1),
+            stmt(RET_K, errno(e)),
+        ],
+        Rule::OneOf { nr, arg: a, values, errno: e } => {
+            let n = values.len();
+            let mut out = vec![stmt(LD_W_ABS, NR), jump(JEQ_K, nr, 0, (n + 2) as u8), stmt(LD_W_ABS, arg(a))];
+            for (i, v) in values.iter().enumerate() {
+                // A match jumps to the return; the last miss jumps past it.
+                let (jt, jf) = ((n - 1 - i) as u8, if i == n - 1 { 1 } else { 0 });
+                out.push(jump(JEQ_K, *v, jt, jf));
+            }
+            out.push(stmt(RET_K, errno(e)));
+            out
+        }
+        Rule::Both { nr, flags, flags_mask, mode, mode_mask, errno: e } => vec![
+            stmt(LD_W_ABS, NR),
+            jump(JEQ_K, nr, 0, 5),
+            stmt(LD_W_ABS, arg(flags)),
+            jump(JSET_K, flags_mask, 0, 3),
+            stmt(LD_W_ABS, arg(mode)),
+            jump(JSET_K, mode_mask, 0, 1),
+            stmt(RET_K, errno(e)),
+        ],
+    }
+}
+
+/// The filter program: per ABI, a block entered only for that ABI's
+/// audit arch, holding its rules and ending in "allow".
 fn program(allow_userns: bool) -> Vec<Insn> {
-    let errno = |e: i32| RET_ERRNO | (e as u32 & 0xffff);
     let mut out = Vec::new();
     for abi in ABIS {
         let mut block: Vec<Insn> = Vec::new();
@@ -114,29 +271,12 @@ fn program(allow_userns: bool) -> Vec<Insn> {
             block.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
             block.push(stmt(RET_K, errno(libc::ENOSYS)));
         }
-        // ioctl(fd, TIOCSTI | TIOCLINUX, ...)
-        block.push(stmt(LD_W_ABS, NR));
-        block.push(jump(JEQ_K, abi.ioctl, 0, 4));
-        block.push(stmt(LD_W_ABS, ARG1_LOW));
-        block.push(jump(JEQ_K, TIOCSTI, 1, 0));
-        block.push(jump(JEQ_K, TIOCLINUX, 0, 1));
-        block.push(stmt(RET_K, errno(libc::EPERM)));
-        if !allow_userns {
-            for nr in [abi.unshare, abi.clone] {
-                block.push(stmt(LD_W_ABS, NR));
-                block.push(jump(JEQ_K, nr, 0, 3));
-                block.push(stmt(LD_W_ABS, ARG0_LOW));
-                block.push(jump(JSET_K, CLONE_NEWUSER, 0, 1));
-                block.push(stmt(RET_K, errno(libc::EPERM)));
-            }
-            block.push(stmt(LD_W_ABS, NR));
-            block.push(jump(JEQ_K, abi.clone3, 0, 1));
-            block.push(stmt(RET_K, errno(libc::ENOSYS)));
+        for rule in rules(abi, allow_userns) {
+            block.extend(compile(rule));
         }
         block.push(stmt(RET_K, RET_ALLOW));
-        // Enter the block only for this ABI; else skip past it.
         out.push(stmt(LD_W_ABS, ARCH));
-        out.push(jump(JEQ_K, abi.arch, 0, block.len() as u8));
+        out.push(jump(JEQ_K, abi.arch, 0, u8::try_from(block.len()).expect("a block fits a jump")));
         out.extend(block);
     }
     // An ABI the filter does not know: nothing it runs can be trusted to
@@ -152,7 +292,6 @@ pub fn install(allow_userns: bool) -> Result<(), Refused> {
         return Err(Refused::new(P, "no filter is defined for this architecture"));
     }
     let prog = program(allow_userns);
-    debug_assert!(prog.len() < 256, "relative jumps are one byte");
     #[repr(C)]
     struct Fprog {
         len: u16,
@@ -179,12 +318,12 @@ pub fn install(allow_userns: bool) -> Result<(), Refused> {
 mod tests {
     use super::*;
 
-    /// Every jump lands inside the program, and each ABI's block ends in a
-    /// return (so no rule falls into the next ABI's block).
+    /// Every jump lands inside the program and it ends in a return.
     #[test]
     fn jumps_stay_inside_the_program() {
         for allow in [false, true] {
             let p = program(allow);
+            assert!(p.len() < u16::MAX as usize);
             for (i, insn) in p.iter().enumerate() {
                 if insn.code & 0x07 == 0x05 {
                     let (t, f) = (i + 1 + insn.jt as usize, i + 1 + insn.jf as usize);
@@ -196,7 +335,7 @@ mod tests {
     }
 
     /// A small interpreter of the filter: the verdict for one call.
-    fn verdict(p: &[Insn], arch: u32, nr: u32, a0: u32, a1: u32) -> u32 {
+    fn verdict(p: &[Insn], arch: u32, nr: u32, args: [u32; 4]) -> u32 {
         let mut acc = 0u32;
         let mut pc = 0usize;
         loop {
@@ -207,8 +346,9 @@ mod tests {
                     acc = match insn.k {
                         NR => nr,
                         ARCH => arch,
-                        ARG0_LOW => a0,
-                        ARG1_LOW => a1,
+                        k if (16..16 + 8 * 4).contains(&k) && (k - 16) % 8 == 0 => {
+                            args[((k - 16) / 8) as usize]
+                        }
                         other => panic!("load of offset {other}"),
                     }
                 }
@@ -223,28 +363,46 @@ mod tests {
 
     #[test]
     fn the_rules_refuse_what_they_name_and_nothing_else() {
-        let eperm = RET_ERRNO | libc::EPERM as u32;
-        let enosys = RET_ERRNO | libc::ENOSYS as u32;
+        let (eperm, enosys) = (errno(libc::EPERM), errno(libc::ENOSYS));
         for abi in ABIS {
             let strict = program(false);
-            let v = |nr, a0, a1| verdict(&strict, abi.arch, nr, a0, a1);
-            assert_eq!(v(abi.unshare, CLONE_NEWUSER, 0), eperm);
-            assert_eq!(v(abi.unshare, CLONE_NEWUSER | 0x20000, 0), eperm);
-            assert_eq!(v(abi.unshare, 0x20000, 0), RET_ALLOW, "unshare of a mount namespace");
-            assert_eq!(v(abi.clone, CLONE_NEWUSER, 0), eperm);
-            assert_eq!(v(abi.clone, 0x11, 0), RET_ALLOW, "a plain fork");
-            assert_eq!(v(abi.clone3, 0, 0), enosys);
-            assert_eq!(v(abi.ioctl, 0, TIOCSTI), eperm);
-            assert_eq!(v(abi.ioctl, 0, TIOCLINUX), eperm);
-            assert_eq!(v(abi.ioctl, 0, 0x5401), RET_ALLOW, "TCGETS");
-            assert_eq!(v(0, 0, 0), RET_ALLOW);
+            let v = |nr, args| verdict(&strict, abi.arch, nr, args);
+            assert_eq!(v(abi.unshare, [CLONE_NEWUSER, 0, 0, 0]), eperm);
+            assert_eq!(v(abi.unshare, [CLONE_NEWUSER | 0x20000, 0, 0, 0]), eperm);
+            assert_eq!(v(abi.unshare, [0x20000, 0, 0, 0]), RET_ALLOW, "unshare of a mount namespace");
+            assert_eq!(v(abi.clone, [CLONE_NEWUSER, 0, 0, 0]), eperm);
+            assert_eq!(v(abi.clone, [0x11, 0, 0, 0]), RET_ALLOW, "a plain fork");
+            assert_eq!(v(abi.clone3, [0; 4]), enosys);
+            assert_eq!(v(abi.ioctl, [0, TIOCSTI, 0, 0]), eperm);
+            assert_eq!(v(abi.ioctl, [0, TIOCLINUX, 0, 0]), eperm);
+            assert_eq!(v(abi.ioctl, [0, 0x5401, 0, 0]), RET_ALLOW, "TCGETS");
+            assert_eq!(v(abi.fchmod, [3, 0o4755, 0, 0]), eperm);
+            assert_eq!(v(abi.fchmod, [3, 0o2755, 0, 0]), eperm);
+            assert_eq!(v(abi.fchmod, [3, 0o1777, 0, 0]), RET_ALLOW, "the sticky bit");
+            assert_eq!(v(abi.fchmodat, [0, 0, 0o4700, 0]), eperm);
+            assert_eq!(v(abi.fchmodat, [0, 0, 0o755, 0]), RET_ALLOW);
+            assert_eq!(v(abi.fchmodat2, [0, 0, 0o6755, 0]), eperm);
+            assert_eq!(v(abi.mknodat, [0, 0, 0o104755, 0]), eperm);
+            assert_eq!(v(abi.openat, [0, 0, 0o101, 0o4755]), eperm, "O_CREAT with set-uid");
+            assert_eq!(v(abi.openat, [0, 0, 0o1, 0o4755]), RET_ALLOW, "no O_CREAT: the mode is unused");
+            assert_eq!(v(abi.openat, [0, 0, 0o101, 0o644]), RET_ALLOW);
+            assert_eq!(v(abi.openat, [0, 0, 0o2000_0002, 0o2600]), eperm, "O_TMPFILE");
+            assert_eq!(v(abi.openat2, [0; 4]), enosys);
+            if let (Some(chmod), Some(open), Some(creat)) = (abi.chmod, abi.open, abi.creat) {
+                assert_eq!(v(chmod, [0, 0o4755, 0, 0]), eperm);
+                assert_eq!(v(open, [0, 0o101, 0o4755, 0]), eperm);
+                assert_eq!(v(creat, [0, 0o4755, 0, 0]), eperm);
+                assert_eq!(v(creat, [0, 0o755, 0, 0]), RET_ALLOW);
+            }
+            assert_eq!(v(0, [0; 4]), RET_ALLOW);
             let relaxed = program(true);
-            assert_eq!(verdict(&relaxed, abi.arch, abi.unshare, CLONE_NEWUSER, 0), RET_ALLOW);
-            assert_eq!(verdict(&relaxed, abi.arch, abi.ioctl, 0, TIOCSTI), eperm);
+            assert_eq!(verdict(&relaxed, abi.arch, abi.unshare, [CLONE_NEWUSER, 0, 0, 0]), RET_ALLOW);
+            assert_eq!(verdict(&relaxed, abi.arch, abi.ioctl, [0, TIOCSTI, 0, 0]), eperm);
+            assert_eq!(verdict(&relaxed, abi.arch, abi.fchmod, [3, 0o4755, 0, 0]), eperm);
         }
         let strict = program(false);
-        assert_eq!(verdict(&strict, 0x1234, 0, 0, 0), RET_KILL_PROCESS);
+        assert_eq!(verdict(&strict, 0x1234, 0, [0; 4]), RET_KILL_PROCESS);
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(verdict(&strict, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 272, 0, 0), enosys);
+        assert_eq!(verdict(&strict, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 272, [0; 4]), enosys);
     }
 }

@@ -415,3 +415,43 @@ fn a_root_command_is_no_stronger_than_an_unprivileged_one() {
     }
     assert_eq!(env.manifest("r")["sandbox"]["host_ids"], serde_json::json!([65534, 65534]));
 }
+
+/// The run's files stay on the host's disk, where mounts are not `nosuid`:
+/// the command cannot leave a set-user-ID or set-group-ID program there
+/// (as root it would run as root for whoever executes it later).
+#[test]
+fn the_command_cannot_leave_a_set_id_program_behind() {
+    if !have_python() {
+        return;
+    }
+    let code = "import os, shutil\n\
+                shutil.copy('/bin/true', 'prog')\n\
+                for mode in (0o4755, 0o2755, 0o6755):\n\
+                \x20   try:\n\
+                \x20       os.chmod('prog', mode); print('CHMOD', oct(mode))\n\
+                \x20   except OSError as e:\n\
+                \x20       print('REFUSED', e.errno)\n\
+                for name, flags in (('made', os.O_CREAT | os.O_WRONLY), ('excl', os.O_CREAT | os.O_EXCL | os.O_WRONLY)):\n\
+                \x20   try:\n\
+                \x20       os.close(os.open(name, flags, 0o4755)); print('CREATED', name)\n\
+                \x20   except OSError as e:\n\
+                \x20       print('REFUSED', e.errno)\n\
+                r = os.system('chmod u+s prog 2>/dev/null'); print('SHELL', r)\n\
+                os.chmod('prog', 0o1755); print('STICKY_OK')\n";
+    for who in everyone() {
+        if skip(who, "set_id") {
+            continue;
+        }
+        let env = Env::new();
+        let out = probe(&env, who, &[], "s", code);
+        out.ok().stdout_has("STICKY_OK");
+        assert!(!out.stdout.contains("CHMOD"), "{who:?}: a set-id mode was set\n{}", out.stdout);
+        assert!(!out.stdout.contains("CREATED"), "{who:?}: a set-id file was created\n{}", out.stdout);
+        assert!(!out.stdout.contains("SHELL 0"), "{who:?}: chmod u+s worked\n{}", out.stdout);
+        use std::os::unix::fs::MetadataExt;
+        for f in tree(&env.run_dir("s")) {
+            let meta = std::fs::symlink_metadata(env.run_dir("s").join(&f)).unwrap();
+            assert_eq!(meta.mode() & 0o6000, 0, "{who:?}: {f} is set-id on the host");
+        }
+    }
+}
