@@ -421,6 +421,16 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
             Report::Failed(format!("cannot enter the working directory `{}`: {e}", plan.cwd.display())),
         );
     }
+    // Only stdin, stdout, stderr and the --listen sockets reach the command:
+    // a descriptor the caller left open (to a directory the sandbox hides,
+    // say) would be a way around every mount. Marked close-on-exec, not
+    // closed, so the status pipe still reports a failed exec.
+    if plan.kind == Kind::Sandbox
+        && let Err(r) = ns::close_inherited(3 + job.listen_fds.max(0) as u32)
+        && let Err(r) = status.note(r)
+    {
+        fail(&mut status, Report::Failed(r.to_string()));
+    }
     if let Some(ns) = userns(plan)
         && let Err(r) = ns::become_unprivileged(ns)
     {

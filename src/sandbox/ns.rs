@@ -242,3 +242,13 @@ pub fn become_unprivileged(userns: std::os::fd::BorrowedFd<'_>) -> Result<(), Re
     nix::unistd::setresuid(zero_u, zero_u, zero_u).map_err(|e| Refused::new(P, format!("setresuid: {e}")))?;
     Ok(())
 }
+
+/// Marks every descriptor from `first` up close-on-exec.
+pub fn close_inherited(first: u32) -> Result<(), Refused> {
+    // SAFETY: close_range with integer arguments; it only sets a flag on this process's descriptors.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if r < 0 {
+        return Err(Refused::io("descriptor isolation", "close_range", io::Error::last_os_error()));
+    }
+    Ok(())
+}

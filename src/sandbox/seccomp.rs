@@ -24,6 +24,13 @@
 //!   `EPERM`; `openat2` (whose mode lives in memory) fails with `ENOSYS`, so
 //!   callers fall back to `openat`. A set-group-ID directory is refused too.
 //!
+//! * **Kernel interfaces that are not namespaced or that bypass the
+//!   filter**: `add_key`, `request_key` and `keyctl` fail with `EPERM` (the
+//!   session keyring runws was started in, and the user keyring linked to
+//!   it, hold the caller's keys), and `io_uring_setup`, `io_uring_enter`
+//!   and `io_uring_register` with `ENOSYS` (a ring performs opens and mode
+//!   changes without a system call the filter sees).
+//!
 //! Only the low 32 bits of an argument are compared, because the kernel
 //! reads only those for every argument checked here (`ioctl`'s request is
 //! an `unsigned int`, flags and modes are 32-bit): a filter that compared
@@ -85,6 +92,8 @@ struct Abi {
     fchmod: u32,
     fchmodat: u32,
     fchmodat2: u32,
+    io_uring: [u32; 3],
+    keys: [u32; 3],
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -105,6 +114,8 @@ const ABIS: &[Abi] = &[
         fchmod: 91,
         fchmodat: 268,
         fchmodat2: 452,
+        io_uring: [425, 426, 427],
+        keys: [248, 249, 250],
     },
     Abi {
         arch: AUDIT_ARCH_I386,
@@ -122,6 +133,8 @@ const ABIS: &[Abi] = &[
         fchmod: 94,
         fchmodat: 306,
         fchmodat2: 452,
+        io_uring: [425, 426, 427],
+        keys: [286, 287, 288],
     },
 ];
 #[cfg(target_arch = "aarch64")]
@@ -141,6 +154,8 @@ const ABIS: &[Abi] = &[Abi {
     fchmod: 52,
     fchmodat: 53,
     fchmodat2: 452,
+    io_uring: [425, 426, 427],
+    keys: [217, 218, 219],
 }];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const ABIS: &[Abi] = &[];
@@ -190,6 +205,12 @@ fn rules(abi: &Abi, allow_userns: bool) -> Vec<Rule> {
     out.extend(abi.open.map(|nr| creating(nr, 1)));
     out.push(creating(abi.openat, 2));
     out.push(Always(abi.openat2, enosys));
+    // io_uring performs opens, chmods and more without a system call this
+    // filter sees; programs fall back to plain calls on ENOSYS.
+    out.extend(abi.io_uring.iter().map(|&nr| Always(nr, enosys)));
+    // Keyrings are not namespaced: the session keyring runws was started in
+    // (and the user keyring linked to it) would be readable.
+    out.extend(abi.keys.iter().map(|&nr| Always(nr, eperm)));
     out
 }
 
@@ -388,6 +409,12 @@ mod tests {
             assert_eq!(v(abi.openat, [0, 0, 0o101, 0o644]), RET_ALLOW);
             assert_eq!(v(abi.openat, [0, 0, 0o2000_0002, 0o2600]), eperm, "O_TMPFILE");
             assert_eq!(v(abi.openat2, [0; 4]), enosys);
+            for nr in abi.io_uring {
+                assert_eq!(v(nr, [0; 4]), enosys);
+            }
+            for nr in abi.keys {
+                assert_eq!(v(nr, [0; 4]), eperm);
+            }
             if let (Some(chmod), Some(open), Some(creat)) = (abi.chmod, abi.open, abi.creat) {
                 assert_eq!(v(chmod, [0, 0o4755, 0, 0]), eperm);
                 assert_eq!(v(open, [0, 0o101, 0o4755, 0]), eperm);

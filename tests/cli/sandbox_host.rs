@@ -455,3 +455,87 @@ fn the_command_cannot_leave_a_set_id_program_behind() {
         }
     }
 }
+
+/// Keyrings are not namespaced (the session keyring runws was started in
+/// holds the caller's keys) and io_uring performs opens and mode changes
+/// without a system call the filter sees: both are refused.
+#[test]
+fn keyrings_and_io_uring_are_refused() {
+    if !have_python() {
+        return;
+    }
+    let code = "import ctypes, os\n\
+                libc = ctypes.CDLL(None, use_errno=True)\n\
+                libc.syscall.restype = ctypes.c_long\n\
+                def call(name, nr, *args):\n\
+                \x20   r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n\
+                \x20   print(name, 'OK' if r >= 0 else 'ERRNO %d' % ctypes.get_errno())\n\
+                call('keyctl', 250, 0, -3, 0)\n\
+                call('add_key', 248, 0, 0, 0, 0, -3)\n\
+                params = ctypes.create_string_buffer(120)\n\
+                call('io_uring_setup', 425, 4, ctypes.addressof(params))\n";
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: the probe uses x86-64 system-call numbers");
+        return;
+    }
+    for who in everyone() {
+        if skip(who, "keyring") {
+            continue;
+        }
+        let env = Env::new();
+        let out = probe(&env, who, &[], "k", code);
+        out.ok()
+            .stdout_has("keyctl ERRNO 1")
+            .stdout_has("add_key ERRNO 1")
+            .stdout_has("io_uring_setup ERRNO 38");
+    }
+}
+
+/// A descriptor the caller left open (here, to a directory the sandbox
+/// hides) does not reach the command: only 0, 1, 2 and `--listen` sockets.
+#[test]
+fn inherited_descriptors_do_not_reach_a_sandboxed_command() {
+    let env = Env::new();
+    let hidden = env.path("hidden-dir");
+    std::fs::create_dir(&hidden).unwrap();
+    std::fs::write(hidden.join("secret"), "x").unwrap();
+    let script = "ls /proc/self/fd/9/ 2>/dev/null && echo LEAKED; ls /proc/self/fd | tr '\\n' ' '; echo";
+    let out = Out::from(
+        Command::new("sh")
+            .arg("-c")
+            .arg("exec 9<\"$HIDDEN\"; exec \"$@\"")
+            .arg("sh")
+            .arg(BIN)
+            .args(["run", "--sandbox", "--run-id", "f", "--", "sh", "-c", script])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &env.home)
+            .env("RUNWS_ROOT", &env.root)
+            .env("HIDDEN", &hidden)
+            .current_dir(env.tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap(),
+    );
+    out.ok();
+    assert!(!out.stdout.contains("LEAKED") && !out.stdout.contains("secret"), "{}", out.stdout);
+    // Control: without a sandbox the descriptor is the caller's to pass on.
+    let plain = Out::from(
+        Command::new("sh")
+            .arg("-c")
+            .arg("exec 9<\"$HIDDEN\"; exec \"$@\"")
+            .arg("sh")
+            .arg(BIN)
+            .args(["run", "--run-id", "p", "--", "sh", "-c", "ls /proc/self/fd/9/"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &env.home)
+            .env("RUNWS_ROOT", &env.root)
+            .env("HIDDEN", &hidden)
+            .current_dir(env.tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap(),
+    );
+    plain.ok().stdout_has("secret");
+}
