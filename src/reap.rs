@@ -216,7 +216,7 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
         steps.push(format!("removed scratch {}", removed.join(", ")));
     }
     // Left on purpose, as a path outside the run is: what is mounted there
-    // is not the run's to remove (unmount it, and the next reap finishes).
+    // is not the run's to remove (once unmounted, `--keep` removes the run).
     for m in mounts {
         steps.push(format!("left mount point `{}` and the directories leading to it", m.display()));
     }
