@@ -392,20 +392,59 @@ impl Dir {
     }
 
     /// Removes `name` and everything below it, like `rm -rf`, but: never
-    /// follows a symlink (a link is removed, not its target), never crosses
-    /// into another file system (a mount point inside is refused), and makes
-    /// a directory writable when its mode stops the removal. Missing is fine.
+    /// follows a symlink (a link is removed, not its target), never enters
+    /// a mount point (another file system, or a bind mount of this one),
+    /// and makes a directory writable when its mode stops the removal.
+    /// Missing is fine. A mount point inside is left with the directories
+    /// leading to it, and makes this an error naming it (see
+    /// [`Dir::remove_tree_keeping_mounts`]). Returns how many entries went.
     pub fn remove_tree(&self, name: &str) -> Result<u64> {
-        let Some(st) = self.lstat(name)? else { return Ok(0) };
-        if kind(&st) != SFlag::S_IFDIR {
-            self.unlink(name)?;
-            return Ok(1);
+        let removed = self.remove_tree_keeping_mounts(name)?;
+        match removed.mounts_left.first() {
+            None => Ok(removed.entries),
+            Some(m) => Err(Error::Other(format!(
+                "refused to remove `{}`: left mount point `{}` (a mount is never entered)",
+                self.join(name).display(),
+                m.display()
+            ))),
         }
-        let here = fstat(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
-        self.remove_dir_tree(name, here.st_dev, 0)
     }
 
-    fn remove_dir_tree(&self, name: &str, dev: u64, depth: usize) -> Result<u64> {
+    /// Removes `name` and everything under it, except mount points: a
+    /// directory (or file) another file system, or a bind mount of this
+    /// one, is mounted on is never entered nor removed, and neither are
+    /// the directories that lead to it. Symlinks are never followed.
+    pub fn remove_tree_keeping_mounts(&self, name: &str) -> Result<Removed> {
+        let mut removed = Removed::default();
+        let Some(st) = self.lstat(name)? else { return Ok(removed) };
+        if kind(&st) != SFlag::S_IFDIR {
+            match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => removed.entries = 1,
+                Err(Errno::EBUSY) if self.is_mount_point(name)? => removed.mounts_left.push(self.join(name)),
+                Err(e) => return Err(Error::io("cannot remove", self.join(name), e.into())),
+            }
+            return Ok(removed);
+        }
+        let here = mount_of(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
+        removed.entries = self.remove_dir_tree(name, &here, 0, &mut removed.mounts_left)?;
+        Ok(removed)
+    }
+
+    /// True when a file system is mounted on `name` (read without
+    /// following a symlink in `name` itself).
+    fn is_mount_point(&self, name: &str) -> Result<bool> {
+        let here = mount_of(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
+        let there = mount_of_name(self.fd.as_fd(), name).ctx("cannot stat", self.join(name))?;
+        Ok(there.differs_from(&here, &self.join(name)))
+    }
+
+    fn remove_dir_tree(
+        &self,
+        name: &str,
+        mount: &Mount,
+        depth: usize,
+        left: &mut Vec<PathBuf>,
+    ) -> Result<u64> {
         const MAX_DEPTH: usize = 800;
         let path = self.join(name);
         if depth > MAX_DEPTH {
@@ -417,7 +456,13 @@ impl Dir {
         let sub = match self.sub(name) {
             Ok(d) => d,
             Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::EACCES) => {
-                // A directory without read or search permission: give it back.
+                // A directory without read or search permission: give it
+                // back (a mount point cannot be opened either way here, so
+                // first make sure this is not one: chmod would reach its root).
+                if self.is_mount_point(name)? {
+                    left.push(path);
+                    return Ok(0);
+                }
                 nix::sys::stat::fchmodat(
                     self.fd.as_fd(),
                     name,
@@ -429,23 +474,26 @@ impl Dir {
             }
             Err(e) => return Err(e),
         };
-        let st = fstat(sub.fd.as_fd()).ctx("cannot stat", &path)?;
-        if st.st_dev != dev {
-            return Err(Error::Other(format!(
-                "refused to remove `{}`: it is another file system mounted inside",
-                path.display()
-            )));
+        let there = mount_of(sub.fd.as_fd()).ctx("cannot stat", &path)?;
+        if there.differs_from(mount, &path) {
+            left.push(path);
+            return Ok(0);
         }
+        let kept = left.len();
         let mut removed = 0;
         let mut made_writable = false;
         for entry in sub.entries_raw()? {
             let (child, is_dir) = entry;
             let result = if is_dir == Some(true) {
-                sub.remove_dir_tree(&child, dev, depth + 1)
+                sub.remove_dir_tree(&child, mount, depth + 1, left)
             } else {
                 match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
                     Ok(()) | Err(Errno::ENOENT) => Ok(1),
-                    Err(Errno::EISDIR) => sub.remove_dir_tree(&child, dev, depth + 1),
+                    Err(Errno::EISDIR) => sub.remove_dir_tree(&child, mount, depth + 1, left),
+                    Err(Errno::EBUSY) if sub.is_mount_point(&child)? => {
+                        left.push(sub.join(&child));
+                        Ok(0)
+                    }
                     Err(Errno::EACCES | Errno::EPERM) if !made_writable => {
                         made_writable = true;
                         nix::sys::stat::fchmod(sub.fd.as_fd(), Mode::from_bits_truncate(0o700))
@@ -461,6 +509,10 @@ impl Dir {
             removed += result?;
         }
         drop(sub);
+        if left.len() > kept {
+            // A mount point is left below: this directory stays around it.
+            return Ok(removed);
+        }
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(removed + 1),
             Err(Errno::EACCES | Errno::EPERM) => {
@@ -471,6 +523,22 @@ impl Dir {
                 Ok(removed + 1)
             }
             Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
+        }
+    }
+
+    /// The owner of this directory and when it was created (when the file
+    /// system records it): neither can be set by an unprivileged process.
+    pub fn owner_and_birth(&self) -> (Option<u32>, Option<std::time::SystemTime>) {
+        match statx_of(self.fd.as_fd(), c"", nix::libc::AT_EMPTY_PATH, nix::libc::STATX_BTIME) {
+            Ok(sx) => {
+                let born =
+                    (sx.stx_mask & nix::libc::STATX_BTIME != 0 && sx.stx_btime.tv_sec > 0).then(|| {
+                        std::time::UNIX_EPOCH
+                            + std::time::Duration::new(sx.stx_btime.tv_sec as u64, sx.stx_btime.tv_nsec)
+                    });
+                (Some(sx.stx_uid), born)
+            }
+            Err(_) => (fstat(self.fd.as_fd()).ok().map(|st| st.st_uid), None),
         }
     }
 
@@ -519,6 +587,109 @@ impl Dir {
     }
 }
 
+/// What [`Dir::remove_tree_keeping_mounts`] did.
+#[derive(Debug, Default)]
+pub struct Removed {
+    /// Entries removed.
+    pub entries: u64,
+    /// Mount points found and left, with the directories leading to them.
+    pub mounts_left: Vec<PathBuf>,
+}
+
+/// Which mount a file is on: the mount id where the kernel reports it
+/// (Linux 5.8 and later: it tells a bind mount of the same file system
+/// apart), else only the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mount {
+    dev: (u32, u32),
+    id: Option<u64>,
+    /// The kernel says this is the root of a mount.
+    root: bool,
+}
+
+impl Mount {
+    /// True when `self` (a directory inside a tree on `parent`'s mount) is
+    /// on another mount: a mount point never to be crossed.
+    fn differs_from(&self, parent: &Mount, path: &Path) -> bool {
+        if self.root || self.dev != parent.dev {
+            return true;
+        }
+        match (self.id, parent.id) {
+            (Some(a), Some(b)) => a != b,
+            // No mount ids on this kernel: the mount table tells.
+            _ => mount_points().contains(path),
+        }
+    }
+}
+
+fn statx_of(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    flags: i32,
+    mask: u32,
+) -> io::Result<nix::libc::statx> {
+    let mut sx = std::mem::MaybeUninit::<nix::libc::statx>::zeroed();
+    // SAFETY: statx fills the buffer it is given; `name` is NUL-terminated.
+    let r = unsafe { nix::libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, sx.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx succeeded, so the buffer is filled (and was zeroed before).
+    Ok(unsafe { sx.assume_init() })
+}
+
+fn mount_from(sx: &nix::libc::statx) -> Mount {
+    let root_attr = nix::libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Mount {
+        dev: (sx.stx_dev_major, sx.stx_dev_minor),
+        id: (sx.stx_mask & nix::libc::STATX_MNT_ID != 0).then_some(sx.stx_mnt_id),
+        root: sx.stx_attributes_mask & root_attr != 0 && sx.stx_attributes & root_attr != 0,
+    }
+}
+
+/// The mount an open file is on.
+fn mount_of(fd: BorrowedFd<'_>) -> io::Result<Mount> {
+    statx_of(fd, c"", nix::libc::AT_EMPTY_PATH, nix::libc::STATX_MNT_ID).map(|sx| mount_from(&sx))
+}
+
+/// The mount of `name` in `dir`: a mount point shows its mounted root (a
+/// symlink is not followed).
+fn mount_of_name(dir: BorrowedFd<'_>, name: &str) -> io::Result<Mount> {
+    let name = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+    statx_of(dir, &name, nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT, nix::libc::STATX_MNT_ID)
+        .map(|sx| mount_from(&sx))
+}
+
+/// Every mount point of this mount namespace (`/proc/self/mountinfo`),
+/// read once: only consulted on kernels without mount ids.
+fn mount_points() -> &'static std::collections::HashSet<PathBuf> {
+    static POINTS: std::sync::OnceLock<std::collections::HashSet<PathBuf>> = std::sync::OnceLock::new();
+    POINTS.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|p| PathBuf::from(unescape_mountinfo(p)))
+            .collect()
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The file type bits of a `stat`.
 pub fn kind(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
@@ -542,6 +713,24 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
         }
         assert!(check_name(&"x".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo(r"/a\040b\011c\134d"), "/a b\tc\\d");
+        assert_eq!(unescape_mountinfo(r"/plain\04"), r"/plain\04");
+    }
+
+    /// Nothing mounted: the whole tree goes, and no mount point is reported.
+    #[test]
+    fn removal_without_mounts_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("t/a/b")).unwrap();
+        std::fs::write(tmp.path().join("t/a/b/f"), b"x").unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let r = dir.remove_tree_keeping_mounts("t").unwrap();
+        assert_eq!((r.entries, r.mounts_left.len()), (4, 0));
+        assert!(!tmp.path().join("t").exists());
     }
 
     #[test]

@@ -5,12 +5,16 @@
 //! implementation. Every call first proves it belongs to a live run: the
 //! environment's `RUNWS_DIR` and `RUNWS_RUN_ID` agree, the manifest there
 //! names that run, the run is `running`, its runws process is alive (pid and
-//! start time), and the caller descends from that process or sits in the
-//! command's process group. A spoofed `RUNWS_RUN_ID` or a leftover process
-//! from an earlier run is refused. Every file is reached with `O_NOFOLLOW`
-//! relative to the run directory, and writes are temp-then-rename, so nothing
-//! the command planted (a symlink as `outputs/` or as an output file) makes
-//! the guard write or read outside the run.
+//! start time), and the caller descends from that process (each parent
+//! checked by its start time, so a reused pid is no ancestor; runws is a
+//! child subreaper, so the command's orphans stay its descendants). Sitting
+//! in the command's process group proves nothing: another run's process of
+//! the same session can join it. A spoofed `RUNWS_RUN_ID`, a process of
+//! another run, or a leftover process from an earlier run is refused. Every
+//! file is reached with `O_NOFOLLOW` relative to the run directory, and
+//! writes are temp-then-rename, so nothing the command planted (a symlink
+//! as `outputs/` or as an output file) makes the guard write or read
+//! outside the run.
 //!
 //! Reading another run's output is refused, except through `import`: the
 //! one explicit cross-run read, recorded in the inputs and the fingerprint,
@@ -179,12 +183,13 @@ impl Guard {
                 why: format!("its runws process {} is gone", m.runws.pid),
             });
         }
-        let pgid = m.child.as_ref().map(|c| c.pgid);
         let caller = match self.via {
             Via::Peer(pid) => pid,
             Via::Local | Via::Broker => std::process::id() as i32,
         };
-        if !procinfo::pid_belongs_to(caller, m.runws.pid, m.runws.start_time, pgid) {
+        // Descent only: a process group can be joined by any process of the
+        // same session (another run's among them), a parent cannot be chosen.
+        if !procinfo::pid_belongs_to(caller, m.runws.pid, m.runws.start_time) {
             return Err(Error::NotInRun { why: format!("this process is not part of run `{id}`") });
         }
         Ok(())
@@ -457,7 +462,9 @@ impl Guard {
     }
 
     /// Records something this run created outside plain files of its own
-    /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`.
+    /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`. A
+    /// process group is accepted only when its leader is alive and it and
+    /// every member descend from this run's runws.
     /// Inside a sandbox a `pgid` claim is accepted but not recorded: its
     /// numbers mean nothing outside the PID namespace, and every process of
     /// a sandboxed run ends with the run anyway.
@@ -493,7 +500,7 @@ impl Guard {
             "pgid" => {
                 let pgid: i32 =
                     value.parse().ok().filter(|p| *p > 1).ok_or_else(|| bad("not a process group id"))?;
-                claim.start_time = procinfo::stat(pgid).map(|s| s.start_time);
+                claim.value = pgid.to_string();
             }
             _ => {
                 return Err(Error::Usage(format!(
@@ -503,6 +510,15 @@ impl Guard {
         }
         manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
+            if claim.kind == "pgid" {
+                // Only a group the run made: its leader and every member
+                // descend from this run's runws. The leader's start time is
+                // kept so a reused id is not taken for it at reap time.
+                let pgid: i32 = claim.value.parse().map_err(|_| bad("not a process group id"))?;
+                let leader = crate::pgroup::claimable(pgid, m.runws.pid, m.runws.start_time, &m.run_id)
+                    .map_err(|why| bad(&why))?;
+                claim.start_time = Some(leader);
+            }
             if !m
                 .claims
                 .iter()

@@ -19,6 +19,7 @@ pub mod fsx;
 pub mod guard;
 pub mod lane;
 pub mod manifest;
+pub mod pgroup;
 pub mod ports;
 pub mod procinfo;
 pub mod reap;

@@ -109,35 +109,136 @@ pub fn is_same_process(pid: i32, start_time: u64) -> bool {
     pid > 0 && matches!(stat(pid), Some(s) if s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
 }
 
-/// True when the calling process descends from `ancestor` (which must still
-/// be the process that started at `start_time`), or belongs to `pgid`.
-pub fn caller_belongs_to(ancestor: i32, start_time: u64, pgid: Option<i32>) -> bool {
-    pid_belongs_to(std::process::id() as i32, ancestor, start_time, pgid)
+/// True when the calling process descends from `ancestor`, which must
+/// still be the process that started at `start_time`.
+pub fn caller_belongs_to(ancestor: i32, start_time: u64) -> bool {
+    pid_belongs_to(std::process::id() as i32, ancestor, start_time)
 }
 
-/// True when process `pid` descends from `ancestor` (which must still be
-/// the process that started at `start_time`), or belongs to `pgid`.
-pub fn pid_belongs_to(pid: i32, ancestor: i32, start_time: u64, pgid: Option<i32>) -> bool {
+/// True when process `pid` descends from `ancestor`, which must still be
+/// the process that started at `start_time`. Only descent counts: a
+/// process group can be joined by any process of the same session, a
+/// parent cannot be chosen. Each step up the chain must lead to a process
+/// that started no later than the one below it, so a parent that died and
+/// whose pid was reused since is never taken for an ancestor. A process
+/// whose parent died was reparented and has lost its descent (runws is a
+/// child subreaper, so a command's orphans are reparented to it).
+pub fn pid_belongs_to(pid: i32, ancestor: i32, start_time: u64) -> bool {
     if !is_same_process(ancestor, start_time) {
         return false;
     }
-    let mut pid = pid;
+    let Some(mut s) = stat(pid) else { return false };
     for _ in 0..4096 {
-        let Some(s) = stat(pid) else { break };
-        if let Some(g) = pgid
-            && s.pgid == g
-        {
-            return true;
-        }
         if s.ppid == ancestor {
-            return true;
+            // runws alive before and after the walk: its pid was not reused.
+            return start_time <= s.start_time && is_same_process(ancestor, start_time);
         }
         if s.ppid <= 1 {
-            break;
+            return false;
         }
-        pid = s.ppid;
+        let Some(parent) = stat(s.ppid) else { return false };
+        if parent.start_time > s.start_time {
+            return false;
+        }
+        s = parent;
     }
     false
+}
+
+/// The command name of a stat line (field 2, without its parentheses).
+fn comm(text: &str) -> Option<&str> {
+    Some(&text[text.find('(')? + 1..text.rfind(')')?])
+}
+
+/// `/proc/<pid>/stat` with the process's command name (`comm`).
+pub fn stat_and_name(pid: i32) -> Option<(ProcStat, String)> {
+    let text = read_stat(&pid.to_string())?;
+    Some((parse_stat(&text)?, comm(&text)?.to_string()))
+}
+
+/// The command name (`comm`) of this process.
+pub fn own_name() -> Option<String> {
+    let text = read_stat("self")?;
+    Some(comm(&text)?.to_string())
+}
+
+/// The real user id of process `pid` (`/proc/<pid>/status`).
+pub fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Clock ticks per second, the unit of [`ProcStat::start_time`].
+pub fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a value glibc already holds.
+    u64::try_from(unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|t| *t > 0)
+        .unwrap_or(100)
+}
+
+/// The boot-clock tick (the unit of [`ProcStat::start_time`]) at which the
+/// wall clock showed `t`, reckoned with the two clocks' offset now (exact
+/// unless the wall clock was stepped in between); `None` before boot.
+pub fn ticks_at(t: std::time::SystemTime) -> Option<u64> {
+    let boot_now = boot_clock()?;
+    let wall_now = std::time::SystemTime::now();
+    let booted = wall_now.checked_sub(boot_now)?;
+    let since_boot = t.duration_since(booted).ok()?;
+    Some((since_boot.as_nanos() * u128::from(ticks_per_second()) / 1_000_000_000) as u64)
+}
+
+/// The boot-clock tick now.
+pub fn ticks_now() -> u64 {
+    boot_clock().map_or(u64::MAX, |d| (d.as_nanos() * u128::from(ticks_per_second()) / 1_000_000_000) as u64)
+}
+
+/// One process, held by a pidfd: signals reach that process or nothing,
+/// even if it has ended and its pid been reused since it was checked.
+pub struct Pidfd {
+    pub pid: i32,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Pidfd {
+    /// Opens process `pid` if it is alive and started at `start_time`;
+    /// `Err` with the errno when this kernel has no pidfds.
+    pub fn open(pid: i32, start_time: u64) -> std::result::Result<Option<Pidfd>, nix::errno::Errno> {
+        // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return match nix::errno::Errno::last() {
+                nix::errno::Errno::ESRCH => Ok(None),
+                e => Err(e),
+            };
+        }
+        // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        // Opened by pid: it names the process checked only if that process
+        // still holds the pid now, which its start time shows.
+        Ok(is_same_process(pid, start_time).then_some(Pidfd { pid, fd }))
+    }
+
+    /// Sends `sig` to this process; false once it has ended.
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal on our own descriptor, without siginfo.
+        let r = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                sig as i32,
+                std::ptr::null::<nix::libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
 }
 
 /// This machine's host name.
@@ -185,6 +286,47 @@ mod tests {
         let s = stat(me).unwrap();
         assert!(is_same_process(me, s.start_time));
         assert!(!is_same_process(me, s.start_time + 1));
+    }
+
+    /// Descent counts, checked with start times; the same group without
+    /// descent (this process's parent shares its group) does not.
+    #[test]
+    fn belonging_is_descent_only() {
+        let me = std::process::id() as i32;
+        let start = stat(me).unwrap().start_time;
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert!(pid_belongs_to(pid, me, start));
+        assert!(!pid_belongs_to(pid, me, start + 1), "a wrong start time is another process");
+        let parent = stat(me).unwrap().ppid;
+        assert!(!pid_belongs_to(parent, me, start));
+        assert!(!pid_belongs_to(1, me, start));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!pid_belongs_to(pid, me, start), "a reaped child is no one");
+    }
+
+    #[test]
+    fn wall_clock_times_map_to_start_ticks() {
+        let now = ticks_at(std::time::SystemTime::now()).unwrap();
+        let own = stat(std::process::id() as i32).unwrap().start_time;
+        assert!(own <= now && now <= ticks_now() + 1);
+        let hz = ticks_per_second();
+        let earlier = ticks_at(std::time::SystemTime::now() - std::time::Duration::from_secs(2)).unwrap();
+        assert!(now - earlier >= 2 * hz - 1 && now - earlier <= 2 * hz + 1, "{now} {earlier}");
+    }
+
+    #[test]
+    fn a_pidfd_is_opened_only_for_the_process_checked() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        let start = stat(pid).unwrap().start_time;
+        if let Ok(fd) = Pidfd::open(pid, start) {
+            assert!(Pidfd::open(pid, start + 1).unwrap().is_none());
+            assert!(fd.unwrap().signal(nix::sys::signal::Signal::SIGKILL));
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
     }
 
     /// The argument range holds exactly this process's arguments, each

@@ -5,25 +5,25 @@
 //! reaper takes it over under the manifest lock (status `abandoned`), so a
 //! run that was only paused finds, when it wakes, that its guard calls and
 //! its final manifest write are refused. Teardown follows the manifest, never
-//! a pattern: the recorded process group (only while it is still that
-//! group), claimed worktrees and branches, claimed paths that lie inside the
-//! run's own directory, and the scratch directories. Symlinks are never
-//! followed and other file systems are never entered. The manifest,
-//! `inputs/`, `outputs/`, `work/` and `logs/` stay as evidence. Every step
-//! is idempotent: two reapers at once, or a reaper killed half-way and run
-//! again, end in the same state.
+//! a pattern: the recorded process groups (only while every member
+//! provably belongs to the run, see [`crate::pgroup`]), claimed worktrees
+//! and branches, claimed paths that lie inside the run's own directory, and
+//! the scratch directories. Symlinks are never followed and mount points
+//! (other file systems, or bind mounts of the same one) are never entered:
+//! a mount point is left and reported. The manifest, `inputs/`, `outputs/`,
+//! `work/` and `logs/` stay as evidence. Every step is idempotent: two
+//! reapers at once, or a reaper killed half-way and run again, end in the
+//! same state.
 
-use std::collections::HashMap;
 use std::path::{Component, Path};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::fsx::Dir;
 use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
+use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
 use crate::workspace::{self, RunDir, SCRATCH};
 
@@ -63,85 +63,34 @@ pub struct RunReport {
     pub steps: Vec<String>,
 }
 
-/// Processes of this host by process group, read once per reap.
-struct Procs {
-    by_pgid: HashMap<i32, Vec<(i32, u64)>>,
+/// Ends process group `pgid` if every member is provably the run's (see
+/// [`crate::pgroup`]): checked now against `/proc`, never on the recorded
+/// numbers alone, and signalled one process at a time.
+fn end_group(
+    pgid: i32,
+    start_time: Option<u64>,
+    grace: Duration,
+    facts: Option<&RunFacts>,
+    procs: &Procs,
+) -> String {
+    pgroup::end(pgid, start_time, grace, facts, procs)
 }
 
-impl Procs {
-    fn scan() -> Procs {
-        let mut by_pgid: HashMap<i32, Vec<(i32, u64)>> = HashMap::new();
-        if let Ok(rd) = std::fs::read_dir("/proc") {
-            for e in rd.flatten() {
-                let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-                if let Some(s) = procinfo::stat(pid).filter(|s| !matches!(s.state, 'Z' | 'X')) {
-                    by_pgid.entry(s.pgid).or_default().push((pid, s.start_time));
-                }
-            }
-        }
-        Procs { by_pgid }
-    }
-
-    fn group_alive(&self, pgid: i32) -> bool {
-        self.by_pgid.get(&pgid).is_some_and(|m| !m.is_empty())
-    }
-}
-
-/// Members of process group `pgid` right now.
-fn group_members(pgid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-            // A zombie is already dead; only its parent can remove it.
-            if procinfo::stat(pid).is_some_and(|s| s.pgid == pgid && !matches!(s.state, 'Z' | 'X')) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// Ends process group `pgid` if it is still the group that was recorded: a
-/// pid cannot be reused while it names a live group, so the group is the
-/// same one unless its leader is alive with another start time.
-fn end_group(pgid: i32, start_time: Option<u64>, grace: Duration, procs: &Procs) -> String {
-    if pgid <= 1 {
-        return format!("process group {pgid}: not a group runws would signal");
-    }
-    if !procs.group_alive(pgid) && group_members(pgid).is_empty() {
-        return format!("process group {pgid}: already gone");
-    }
-    if let (Some(st), Some(leader)) = (start_time, procinfo::stat(pgid))
-        && leader.pgid == pgid
-        && leader.start_time != st
-    {
-        return format!("process group {pgid}: id reused by another process; not signalled");
-    }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGCONT);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if group_members(pgid).is_empty() {
-            return format!("process group {pgid}: ended with SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if group_members(pgid).is_empty() {
-            return format!("process group {pgid}: ended with SIGKILL");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    format!("process group {pgid}: still alive after SIGKILL")
-}
-
-/// Ends process group `pgid` if it is still the group that was recorded
-/// (see [`end_group`]), for callers that are not a reap: a lane's reset.
-pub(crate) fn end_recorded_group(pgid: i32, start_time: Option<u64>, grace: Duration) -> String {
-    end_group(pgid, start_time, grace, &Procs::scan())
+/// Ends process group `pgid` if every member is provably the run's (see
+/// [`end_group`]), for callers that are not a reap: a lane's reset.
+pub(crate) fn end_recorded_group(
+    root: &Path,
+    run: Option<&RunDir>,
+    m: Option<&Manifest>,
+    pgid: i32,
+    start_time: Option<u64>,
+    grace: Duration,
+) -> String {
+    let facts = match (run, m) {
+        (Some(run), Some(m)) => Some(RunFacts::of(&run.dir, m)),
+        _ => None,
+    };
+    end_group(pgid, start_time, grace, facts.as_ref(), &Procs::scan(Some(root)))
 }
 
 /// `git -C repo ARGS` for the teardown steps, whose errors are report lines.
@@ -195,10 +144,11 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
     let mut steps = Vec::new();
     let mut ok = true;
     let same_host = m.host == procinfo::hostname();
+    let facts = RunFacts::of(&run.dir, m);
     if let Some(child) = &m.child {
         if same_host {
-            let s = end_group(child.pgid, Some(child.start_time), opts.grace, procs);
-            ok &= !s.ends_with("still alive after SIGKILL");
+            let s = end_group(child.pgid, Some(child.start_time), opts.grace, Some(&facts), procs);
+            ok &= !s.contains("still alive after SIGKILL");
             steps.push(s);
         } else {
             steps
@@ -208,7 +158,7 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
     for c in &m.claims {
         let result = match c.kind.as_str() {
             "pgid" if same_host => match c.value.parse::<i32>() {
-                Ok(pgid) => Ok(end_group(pgid, c.start_time, opts.grace, procs)),
+                Ok(pgid) => Ok(end_group(pgid, c.start_time, opts.grace, Some(&facts), procs)),
                 Err(_) => Err(format!("claimed pgid `{}` is not a number", c.value)),
             },
             "pgid" => Ok(format!("process group {}: on another host, not signalled", c.value)),
@@ -250,9 +200,11 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
         }
     }
     let mut removed = Vec::new();
+    let mut mounts = Vec::new();
     for name in SCRATCH {
-        match run.dir.remove_tree(name) {
-            Ok(0) => {}
+        match run.dir.remove_tree_keeping_mounts(name) {
+            Ok(r) if !r.mounts_left.is_empty() => mounts.extend(r.mounts_left),
+            Ok(r) if r.entries == 0 => {}
             Ok(_) => removed.push(name),
             Err(e) => {
                 ok = false;
@@ -262,6 +214,11 @@ fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<S
     }
     if !removed.is_empty() {
         steps.push(format!("removed scratch {}", removed.join(", ")));
+    }
+    // Left on purpose, as a path outside the run is: what is mounted there
+    // is not the run's to remove (once unmounted, `--keep` removes the run).
+    for m in mounts {
+        steps.push(format!("left mount point `{}` and the directories leading to it", m.display()));
     }
     // The final record's temp file of a runws that never finished.
     if let Err(e) = run.dir.unlink(workspace::FINAL_TEMP) {
@@ -312,7 +269,7 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
     let mut ids: Vec<String> =
         runs.entries()?.into_iter().filter(|id| workspace::check_run_id(id).is_ok()).collect();
     ids.sort();
-    let procs = Procs::scan();
+    let procs = Procs::scan(Some(root));
     // Runs are independent: reap them on every core, keeping the order.
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
     let chunk = ids.len().div_ceil(workers).max(1);

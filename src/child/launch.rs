@@ -182,11 +182,12 @@ fn unreachable_end() -> ! {
     loop {}
 }
 
-/// The child's steps up to the gate: its own process group (and the
-/// terminal's foreground, when runws had it), SIGPIPE back to default, the
-/// descriptors in place, LISTEN_PID, the working directory; then it waits
-/// until runws has recorded it. Returns once the gate opened; ends the child
-/// with 125 when runws closed the gate or died instead, or reports an errno.
+/// The child's steps up to the gate: its own process group and the
+/// terminal's foreground when runws had it, else a session of its own;
+/// SIGPIPE back to default, the descriptors in place, LISTEN_PID, the
+/// working directory; then it waits until runws has recorded it. Returns
+/// once the gate opened; ends the child with 125 when runws closed the gate
+/// or died instead, or reports an errno.
 ///
 /// # Safety
 /// Only in a child created by [`clone_vm`] or `fork`, with `l`'s pointers
@@ -205,7 +206,14 @@ pub(super) unsafe fn prepare(l: &Launch) {
         // this one closed (first, before descriptors are placed over low
         // numbers), the gate reads end-of-file once runws closes it or dies.
         sys(libc::SYS_close, l.gate_writer as usize, 0, 0, 0);
-        sys(libc::SYS_setpgid, 0, 0, 0, 0);
+        if l.foreground {
+            // Stays in the terminal's session, for job control.
+            sys(libc::SYS_setpgid, 0, 0, 0, 0);
+        } else {
+            // A session of its own: no process outside the run can join
+            // its process group (setpgid works only within one session).
+            sys(libc::SYS_setsid, 0, 0, 0, 0);
+        }
         if l.foreground {
             let pid = sys(libc::SYS_getpid, 0, 0, 0, 0) as libc::pid_t;
             sys(libc::SYS_ioctl, 0, libc::TIOCSPGRP as usize, &pid as *const libc::pid_t as usize, 0);

@@ -1,6 +1,6 @@
-//! Starting the command and watching it: its own process group, signals
-//! forwarded, the timeout, and the exit status mapped as `env` and `timeout`
-//! map it.
+//! Starting the command and watching it: its own process group (and its
+//! own session, unless it gets the terminal), signals forwarded, the
+//! timeout, and the exit status mapped as `env` and `timeout` map it.
 //!
 //! runws creates the child without copying itself (`clone(CLONE_VM)`, see
 //! [`launch`]); the child makes only direct system calls on data built
@@ -262,8 +262,13 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         }
     };
     // Also set the group from this side, so a signal forwarded before the
-    // child ran its first instruction still reaches the group.
-    let _ = nix::unistd::setpgid(child, child);
+    // child ran its first instruction still reaches the group. Not for a
+    // child that makes a session of its own: a group leader cannot, and a
+    // signal sent before it did goes to the child alone (see
+    // [`signal_group`]), which is then all the group there is.
+    if spec.foreground {
+        let _ = nix::unistd::setpgid(child, child);
+    }
     drop(inherited);
     Ok(Paused { pid: child, gate: gate_w, errors: err_r, shared })
 }
@@ -401,15 +406,19 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
     let mut kill_at: Option<Instant> = None;
     let mut timed_out = false;
     loop {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => {
+        // Any child: runws is the command's subreaper, so its orphans
+        // become runws's children and must be reaped as they end. runws
+        // starts no other child while it watches this one.
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, code)) if p == pid => {
                 return Ok(Outcome { exit_code: Some(code), signal: None, timed_out });
             }
-            Ok(WaitStatus::Signaled(_, sig, _)) => {
+            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
                 return Ok(Outcome { exit_code: None, signal: Some(sig as i32), timed_out });
             }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(WaitStatus::StillAlive) => {}
+            // An adopted orphan, now reaped: look for more.
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e.into())),
         }
         let now = Instant::now();
@@ -418,15 +427,15 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
             && now >= t
         {
             timed_out = true;
-            let _ = killpg(pid, Signal::SIGTERM);
+            signal_group(pid, Signal::SIGTERM);
             // A stopped process cannot act on SIGTERM.
-            let _ = killpg(pid, Signal::SIGCONT);
+            signal_group(pid, Signal::SIGCONT);
             kill_at = w.kill_after.map(|k| now + k);
         }
         if let Some(k) = kill_at
             && now >= k
         {
-            let _ = killpg(pid, Signal::SIGKILL);
+            signal_group(pid, Signal::SIGKILL);
             kill_at = None;
         }
         if now >= next_renew {
@@ -460,16 +469,19 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
             if let Ok(sig) = Signal::try_from(signo)
                 && FORWARDED.contains(&sig)
             {
-                let _ = killpg(pid, sig);
+                signal_group(pid, sig);
             }
         }
     }
 }
 
-/// Sends `sig` to the child's group (used when runws must stop early).
+/// Sends `sig` to the child's group; to the child alone while it has not
+/// made its group yet (it does so first thing, before anything else can
+/// join it).
 pub fn signal_group(pid: Pid, sig: Signal) {
-    let _ = killpg(pid, sig);
-    let _ = kill(pid, sig);
+    if killpg(pid, sig) == Err(nix::errno::Errno::ESRCH) {
+        let _ = kill(pid, sig);
+    }
 }
 
 #[cfg(test)]

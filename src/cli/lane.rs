@@ -112,7 +112,8 @@ exists. Prints the worktree's path.")]
 
     /// End the lane's leftover processes and remove the lane; the kit stays
     #[command(long_about = "Only by the resetter named at claim, and only after a promote or a scrap \
-stamp: end each process group the lane's runs recorded (only while it is still that group), keep a \
+stamp: end each process group the lane's runs recorded (only while every member provably belongs \
+to its run), keep a \
 copy of the final card beside the kit (ROOT/archive/lanes/<lane>.card.json and .md), and remove the \
 lane directory without following symlinks.")]
     Reset {

@@ -103,7 +103,8 @@ the producer run and sha256 in the inputs and the input fingerprint."
         long_about = "Record in the manifest something the run created outside plain files of its own \
 directory, so that `runws reap` removes exactly that and nothing else: a `path` (removed only if it \
 lies inside the run directory), a git `branch` or `worktree` (of --repo, default the current \
-directory), or a process group `pgid` (signalled only while it is still that group)."
+directory), or a process group `pgid` (accepted only while its leader is alive and every member \
+descends from this run's runws; signalled only while every member provably belongs to the run)."
     )]
     Claim {
         #[arg(value_parser = ["path", "branch", "worktree", "pgid"])]
@@ -132,11 +133,12 @@ directory), or a process group `pgid` (signalled only while it is still that gro
     /// Reclaim runs nobody owns: expired leases, finished runs' scratch
     #[command(
         long_about = "Reclaim what nobody owns. A running run is taken over only when its lease has \
-expired and (on this host) its runws process is gone: its process group is ended, its claimed \
-worktrees, branches and paths (inside the run) removed, its scratch (home, tmp, cache, run, bin) \
-deleted, and its manifest marked `abandoned`. Finished runs lose their scratch and claims too. \
-The manifest, inputs/, outputs/, work/ and logs/ are kept as evidence. Symlinks are never \
-followed, and nothing is matched by name.",
+expired and (on this host) its runws process is gone: its process groups are ended (only while \
+every member provably belongs to the run), its claimed worktrees, branches and paths (inside the \
+run) removed, its scratch (home, tmp, cache, run, bin) deleted, and its manifest marked \
+`abandoned`. Finished runs lose their scratch and claims too. The manifest, inputs/, outputs/, \
+work/ and logs/ are kept as evidence. Symlinks are never followed, mount points are never \
+entered (they are left and reported), and nothing is matched by name.",
         after_help = "Examples:\n  runws reap --dry-run\n  runws reap --keep 30d --json"
     )]
     Reap {

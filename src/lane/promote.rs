@@ -202,24 +202,33 @@ pub fn reset(root: &Path, name: &str, resetter: &str, grace: Duration) -> Result
     Ok(card)
 }
 
-/// Ends each run's leftover process group, if it is still that group.
+/// Ends each run's leftover process group, if every member is provably
+/// the run's (see [`crate::pgroup`]).
 fn end_groups(root: &Path, card: &Card, grace: Duration) -> Vec<String> {
     let host = procinfo::hostname();
     let mut steps = Vec::new();
     for r in &card.replay.runs {
-        let recorded = RunDir::open(root, &r.run_id).ok().and_then(|d| manifest::read(&d.dir).ok());
+        let run = RunDir::open(root, &r.run_id).ok();
+        let recorded = run.as_ref().and_then(|d| manifest::read(&d.dir).ok());
         if let Some(m) = &recorded
             && m.host != host
         {
             steps.push(format!("run {}: ran on host `{}`; nothing signalled", r.run_id, m.host));
             continue;
         }
-        let child = recorded.and_then(|m| m.child).map(|c| (c.pgid, c.start_time));
+        let child = recorded.as_ref().and_then(|m| m.child.as_ref()).map(|c| (c.pgid, c.start_time));
         match child.or(r.pgid.zip(r.start_time)) {
             Some((pgid, start)) => steps.push(format!(
                 "run {}: {}",
                 r.run_id,
-                crate::reap::end_recorded_group(pgid, Some(start), grace)
+                crate::reap::end_recorded_group(
+                    root,
+                    run.as_ref(),
+                    recorded.as_ref(),
+                    pgid,
+                    Some(start),
+                    grace
+                )
             )),
             None => steps.push(format!("run {}: no process group recorded", r.run_id)),
         }

@@ -56,14 +56,17 @@ fn nothing_of_runws_reaches_the_sandboxed_command() {
             out = Some(o);
         }
         let out = out.unwrap();
-        // What a plain run's command holds and sees (descriptors runws was
-        // given pass through, as `env` passes them; the shell sets PWD,
-        // SHLVL and _ itself in both): the sandbox adds nothing.
+        // What a plain run's command sees (the shell sets PWD, SHLVL and _
+        // itself in both): the sandbox adds nothing. Descriptors: the
+        // standard three and the one `ls` reads /proc/self/fd with; a
+        // plain run also passes on whatever else runws was given, a
+        // sandboxed one nothing more.
         let plain = Out::from(runws_as(&env, who, &["run", "--", "sh", "-c", probe]).output_retrying());
-        for what in ["FDS ", "ENV "] {
-            let line = |o: &Out| o.stdout.lines().find_map(|l| l.strip_prefix(what)).unwrap().to_string();
-            assert_eq!(line(&out), line(&plain), "as {who:?}: {what}");
-        }
+        let line =
+            |o: &Out, what: &str| o.stdout.lines().find_map(|l| l.strip_prefix(what)).unwrap().to_string();
+        assert_eq!(line(&out, "ENV "), line(&plain, "ENV "), "as {who:?}");
+        assert_eq!(line(&out, "FDS "), "0 1 2 3 ", "as {who:?}");
+        assert!(line(&plain, "FDS ").starts_with("0 1 2 3 "), "as {who:?}");
     }
 }
 

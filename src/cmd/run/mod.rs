@@ -137,6 +137,10 @@ fn run_in(
     // The command's environment may hold secrets: keep same-user processes
     // (the command among them) from reading ours through /proc/<pid>/environ.
     nix::sys::prctl::set_dumpable(false).ctx("cannot make runws non-dumpable", "prctl")?;
+    // The command's orphans are reparented to runws instead of init, so
+    // they keep their descent from runws, which is what makes a process
+    // part of the run for the guard (see `child::watch` for their reaping).
+    nix::sys::prctl::set_child_subreaper(true).ctx("cannot make runws a subreaper", "prctl")?;
     let signals = child::block_signals()?;
 
     let run = RunDir::create(&root, &id)?;
