@@ -168,45 +168,59 @@ pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
 /// A user namespace in which uid and gid 0 are the host's `uid` and `gid`,
 /// for a command that must not be the host's root. Only a process
 /// privileged outside the namespace may write such a map, so a throwaway
-/// child enters the namespace and this process (root) writes its maps,
-/// opens it, and lets the child go. Called by runws before it forks the
-/// init, possibly with other threads running: the child makes only raw
-/// system calls.
+/// child is created in the namespace, and this process (root) writes its
+/// maps, opens the namespace and ends the child.
+///
+/// The child shares runws's memory (`CLONE_VM`, on a small stack of its
+/// own), so creating it copies no page tables: it only waits, with every
+/// signal blocked, for the SIGKILL that ends it. runws may have other
+/// threads; the child touches nothing they use.
 pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
-    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::fd::OwnedFd;
     const P: &str = "unprivileged uid";
-    let pipe = || {
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Refused::new(P, format!("pipe: {e}")))
-    };
-    let (ready_r, ready_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
-    let (ready_wr, go_rr) = (ready_w.as_raw_fd(), go_r.as_raw_fd());
-    // The child's copies of our ends: closed there, so it sees our close.
-    let (ready_rr, go_wr) = (ready_r.as_raw_fd(), go_w.as_raw_fd());
-    // SAFETY: the child only calls unshare, write, read and _exit (async-signal-safe system calls on memory it owns), so no lock held by another thread of runws matters.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(Refused::io(P, "fork", io::Error::last_os_error()));
-    }
-    if pid == 0 {
-        // SAFETY: see above; the descriptors are this child's copies.
+    const STACK: usize = 64 * 1024;
+    extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: the set lives on this child's own stack; sigprocmask and pause change nothing runws shares.
         unsafe {
-            libc::close(ready_rr);
-            libc::close(go_wr);
-            let ok: u8 = if libc::unshare(libc::CLONE_NEWUSER) == 0 { 1 } else { 0 };
-            libc::write(ready_wr, (&ok as *const u8).cast(), 1);
-            let mut b = 0u8;
-            libc::read(go_rr, (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+            loop {
+                libc::pause();
+            }
         }
     }
-    drop((ready_w, go_r));
+    // SAFETY: a fresh private mapping for the child's stack, unmapped below once the child has ended.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(Refused::io(P, "mmap", io::Error::last_os_error()));
+    }
+    // SAFETY: the top of the mapping (page aligned); the child runs only `wait_for_the_end`, on that stack, until it is killed below. No CLONE_FILES, CLONE_FS or CLONE_SIGHAND: its descriptors, directory and signal handlers are its own.
+    let pid = unsafe {
+        let top = (stack as *mut u8).add(STACK) as *mut libc::c_void;
+        libc::clone(
+            wait_for_the_end,
+            top,
+            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+            std::ptr::null_mut(),
+        )
+    };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: our own mapping; no child uses it.
+        unsafe { libc::munmap(stack, STACK) };
+        return Err(Refused::new(P, format!("cannot create a user namespace: {e}")));
+    }
     let result = (|| {
-        let mut ok = [0u8; 1];
-        let n = nix::unistd::read(&ready_r, &mut ok).map_err(|e| Refused::new(P, format!("read: {e}")))?;
-        if n != 1 || ok[0] != 1 {
-            return Err(Refused::new(P, "cannot create a user namespace (unshare refused)"));
-        }
         let write = |file: &str, text: String| {
             std::fs::write(format!("/proc/{pid}/{file}"), text)
                 .map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
@@ -218,12 +232,15 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
             .map(OwnedFd::from)
             .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
     })();
-    drop(go_w);
     let mut status = 0;
-    // SAFETY: waitpid on our own child, writing into our local.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    {}
+    // SAFETY: kill and waitpid on our own child, writing into our local; once it is reaped nothing uses the stack.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        while libc::waitpid(pid, &mut status, libc::__WALL) < 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
+        libc::munmap(stack, STACK);
+    }
     result
 }
 
