@@ -394,6 +394,38 @@ pub struct Watch<'a> {
     pub renew: &'a mut dyn FnMut(),
     /// Called once, after the delay, if the child still lives then.
     pub once_after: Option<(Duration, Box<dyn FnOnce() + 'a>)>,
+    /// A pipe on which the child writes the command's wait status once
+    /// everything it ran has ended (a sandbox's PID 1): the run is over
+    /// then, without waiting for the child's own exit (the tear-down of its
+    /// namespaces). The status read is left in `status`.
+    pub ended: Option<Ended<'a>>,
+}
+
+/// See [`Watch::ended`].
+pub struct Ended<'a> {
+    pub fd: std::os::fd::BorrowedFd<'a>,
+    pub status: &'a std::cell::Cell<Option<i32>>,
+}
+
+impl Ended<'_> {
+    /// The status, once the pipe is readable: `Some` when the child wrote
+    /// it, `None` when the child ended without writing it (then only its
+    /// own exit tells).
+    fn take(&self) -> Option<i32> {
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match nix::unistd::read(self.fd, &mut buf[got..]) {
+                Ok(0) => return None,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return None,
+            }
+        }
+        let raw = i32::from_ne_bytes(buf);
+        self.status.set(Some(raw));
+        Some(raw)
+    }
 }
 
 /// Waits for the child, forwarding signals to its group, enforcing the
@@ -459,10 +491,21 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
             wake = wake.min(k);
         }
         let wait_ms = wake.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(w.signals.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(w.signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(e) = &w.ended {
+            fds.push(PollFd::new(e.fd, PollFlags::POLLIN));
+        }
         match poll(&mut fds, PollTimeout::try_from(wait_ms).unwrap_or(PollTimeout::MAX)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(Error::io("cannot poll", "signalfd", e.into())),
+        }
+        let ready = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        if ready && let Some(e) = w.ended.take() {
+            // Readable: the status, or end of file from a child that died
+            // before writing it (then its exit is waited for as usual).
+            if let Some(raw) = e.take() {
+                return Ok(Outcome::from_wait_status(raw, timed_out));
+            }
         }
         while let Ok(Some(info)) = w.signals.read_signal() {
             let signo = info.ssi_signo as i32;

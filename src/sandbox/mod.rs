@@ -187,6 +187,8 @@ pub struct Setup {
     status: Option<OwnedFd>,
     /// The command's wait status, from an init that runws forked as PID 1.
     report: Option<OwnedFd>,
+    /// That status, once the watch loop has read it.
+    reported: std::cell::Cell<Option<i32>>,
     pub broker: Option<broker::Server>,
     pub program: PathBuf,
     pub json: bool,
@@ -226,12 +228,24 @@ impl Setup {
 }
 
 impl Setup {
+    /// For the watch loop: the pipe on which PID 1 reports the command's
+    /// end, when runws forked it (see [`crate::child::Watch::ended`]).
+    pub fn ended(&self) -> Option<crate::child::Ended<'_>> {
+        use std::os::fd::AsFd;
+        Some(crate::child::Ended { fd: self.report.as_ref()?.as_fd(), status: &self.reported })
+    }
+}
+
+impl Setup {
     /// Once the child has ended: how the command ended, when the child was
     /// PID 1 of the sandbox (a PID 1 cannot end by the command's signal, so
     /// it reports the status instead of passing it on). `None` when the
     /// child was the outer init, whose own status is the command's, or when
     /// PID 1 was killed before it could report.
     pub fn command_status(&mut self) -> Option<i32> {
+        if let Some(raw) = self.reported.get() {
+            return Some(raw);
+        }
         let mut buf = [0u8; 4];
         // Every writer has ended (PID 1) or closed it at exec: no blocking.
         std::fs::File::from(self.report.take()?).read_exact(&mut buf).ok()?;

@@ -502,6 +502,7 @@ pub fn prepare(
         kind: opts.kind,
         status: Some(status_r),
         report,
+        reported: std::cell::Cell::new(None),
         broker: Some(broker),
         program: original_program,
         json: opts.json,

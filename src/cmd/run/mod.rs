@@ -308,6 +308,7 @@ fn run_in(
                 }),
             )),
             renew: &mut renew,
+            ended: isolated.as_ref().and_then(|s| s.ended()),
         },
     );
     if took_terminal {
