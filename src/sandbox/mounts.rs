@@ -18,12 +18,13 @@
 //!    private `/dev`, are made read-only last, once everything beneath them
 //!    is placed.
 //!
-//! The private `/dev` holds what bubblewrap's `--dev` holds: binds of the
-//! host's `null`, `zero`, `full`, `random`, `urandom` and `tty` nodes (the
-//! only mounts where device nodes work), a devpts of the sandbox's own with
+//! The private `/dev` holds what bubblewrap's `--dev` holds: the host's
+//! `null`, `zero`, `full`, `random`, `urandom` and `tty` nodes (made with
+//! `mknod` by root, else bound from the host: the only mounts where device
+//! nodes work), a devpts of the sandbox's own with
 //! `ptmx`, `shm`, and the `fd`, `stdin`, `stdout` and `stderr` links; never a
-//! disk, a loop device or `/dev/mem`. After `/proc` is mounted,
-//! [`mask_proc`] makes its host-wide knobs read-only and hides the files that
+//! disk, a loop device or `/dev/mem`. `/proc` is mounted read-only (so no
+//! host-wide knob can be written), and [`mask_proc`] hides the files that
 //! expose kernel memory or other users' keys, as container runtimes do.
 //!
 //! Nothing here unmounts or changes a mount outside the new namespace: with
@@ -98,6 +99,20 @@ pub fn clone_tree(path: &Path) -> Result<OwnedFd, Refused> {
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
     if fd < 0 {
         return Err(fail("cannot clone", path, io::Error::last_os_error()));
+    }
+    // SAFETY: the descriptor was just returned by the kernel and is ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A detached copy of `name` under the directory `dir` (which may be
+/// covered by a mount by now).
+fn clone_at(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
+    let c = CString::new(name).map_err(|_| Refused::new(P, "a name with a NUL byte"))?;
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    // SAFETY: open_tree reads a NUL-terminated name we own, relative to a descriptor we own; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(fail("cannot clone", &Path::new("/dev").join(name), io::Error::last_os_error()));
     }
     // SAFETY: the descriptor was just returned by the kernel and is ours.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -223,19 +238,19 @@ fn overlay_mapped(lower: &OwnedFd, layer: &OwnedFd, target: &Path) -> Result<(),
 }
 
 /// A fresh procfs for the new PID namespace.
+/// Read-only, as a whole: no host-wide knob (`/proc/sys`, `sysrq-trigger`,
+/// `irq`, `bus`, `fs`) can be written, and one mount does it where binding
+/// each knob read-only would take five.
 pub fn proc_fs() -> Result<(), Refused> {
     nix::mount::mount(
         Some("proc"),
         "/proc",
         Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
         None::<&str>,
     )
     .map_err(|e| Refused::new("private /proc", format!("cannot mount proc on `/proc`: {e}")))
 }
-
-/// `/proc` files that change the whole host: read-only in the sandbox.
-const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"];
 
 /// `/proc` entries that show kernel memory, other users' keys or timing
 /// detail about the host: hidden (files behind an unopenable node,
@@ -252,16 +267,10 @@ const PROC_MASKED: &[&str] = &[
     "/proc/asound",
 ];
 
-/// Makes the host-wide knobs of the sandbox's `/proc` read-only and hides
-/// what it must not show (see [`PROC_READ_ONLY`], [`PROC_MASKED`]). Entries
-/// this kernel does not have are skipped.
+/// Hides what the sandbox's (read-only) `/proc` must not show (see
+/// [`PROC_MASKED`]). Entries this kernel does not have are skipped.
 pub fn mask_proc() -> Result<(), Refused> {
     let protect = |e: Refused| Refused::new("masked /proc", e.why);
-    for p in PROC_READ_ONLY.iter().map(Path::new).filter(|p| p.exists()) {
-        attach(&clone_tree(p).map_err(protect)?, p).map_err(protect)?;
-        let flags = libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC;
-        set_attrs(p, flags, 0, true).map_err(protect)?;
-    }
     for p in PROC_MASKED.iter().map(Path::new) {
         let Ok(meta) = std::fs::symlink_metadata(p) else { continue };
         if meta.is_dir() {
@@ -284,22 +293,87 @@ fn hide_file(target: &Path) -> Result<(), Refused> {
 /// The host device nodes a private `/dev` shows.
 const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// Clones of the host's [`DEV_NODES`], taken while the host's `/dev` is
-/// still visible.
-fn dev_nodes() -> Result<Vec<(&'static str, OwnedFd)>, Refused> {
-    DEV_NODES.iter().map(|n| Ok((*n, clone_tree(&Path::new("/dev").join(n))?))).collect()
+/// What a private `/dev` is made from, found while the host's `/dev` is
+/// still visible: the host's `/dev` (a path descriptor, to clone a node
+/// from once it is covered) and each node's device number and mode.
+struct DevNodes {
+    host: OwnedFd,
+    nodes: Vec<(&'static str, libc::dev_t, u32)>,
+    /// Whether to make the nodes with `mknod` (root of the host's user
+    /// namespace) instead of binding each (a mount apiece).
+    make: bool,
+    /// Without `make`: clones of the host's nodes, taken before every
+    /// mount (those clones included, were they taken later) is `nodev`.
+    clones: Vec<OwnedFd>,
 }
 
-/// Builds the private `/dev` at `target` from the cloned `nodes`.
-fn private_dev(target: &Path, nodes: &[(&'static str, OwnedFd)]) -> Result<(), Refused> {
+fn dev_nodes() -> Result<DevNodes, Refused> {
+    let host = open_path(Path::new("/dev"))?;
+    let mut nodes = Vec::new();
+    for name in DEV_NODES {
+        let st = nix::sys::stat::fstatat(&host, *name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| fail("cannot read", &Path::new("/dev").join(name), e.into()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+            return Err(Refused::new(P, format!("`/dev/{name}` is not a character device")));
+        }
+        nodes.push((*name, st.st_rdev, st.st_mode & 0o777));
+    }
+    let initial = std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]);
+    let make = initial && nix::unistd::geteuid().is_root();
+    let clones = if make {
+        Vec::new()
+    } else {
+        DEV_NODES.iter().map(|n| clone_at(&host, n)).collect::<Result<_, _>>()?
+    };
+    Ok(DevNodes { host, nodes, make, clones })
+}
+
+/// Builds the private `/dev` at `target` (see the module docs).
+fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
     mount_point(target, true)?;
-    tmpfs(target, 0o755)?;
-    for (name, tree) in nodes {
+    // Device nodes made here work only on a tmpfs that allows them; the
+    // command can make none (no capability, and it is read-only by then).
+    let nodev = if dev.make { MsFlags::empty() } else { MsFlags::MS_NODEV };
+    nix::mount::mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | nodev,
+        Some("mode=755"),
+    )
+    .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))?;
+    for (i, (name, rdev, mode)) in dev.nodes.iter().enumerate() {
         let node = target.join(name);
+        let made = dev.make
+            && nix::sys::stat::mknod(
+                &node,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(*mode),
+                *rdev,
+            )
+            .is_ok()
+            // The mode without the umask.
+            && std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(*mode)).is_ok();
+        if made {
+            continue;
+        }
+        // A bind of the host's node: the only mounts where device nodes
+        // work, never set-uid, never run. Root whose mknod was refused (a
+        // device controller, say) clones it now and lifts the `nodev` the
+        // whole tree has by then.
+        let late;
+        let (tree, clear) = match dev.clones.get(i) {
+            Some(tree) => (tree, 0),
+            None => {
+                let _ = std::fs::remove_file(&node);
+                late = clone_at(&dev.host, name)?;
+                (&late, libc::MOUNT_ATTR_NODEV)
+            }
+        };
         mount_point(&node, false)?;
         attach(tree, &node)?;
-        // The only mounts where device nodes work: never set-uid, never run.
-        set_attrs(&node, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC, 0, false)?;
+        set_attrs(&node, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC, clear, false)?;
     }
     let pts = target.join("pts");
     mount_point(&pts, true)?;
@@ -351,7 +425,7 @@ fn is_dir(tree: &OwnedFd) -> bool {
 enum Prepared {
     Nothing,
     Tree(OwnedFd),
-    Nodes(Vec<(&'static str, OwnedFd)>),
+    Nodes(DevNodes),
     /// An overlay's lower layer and a clone of its upper and work's parent.
     Layers(OwnedFd, OwnedFd),
 }

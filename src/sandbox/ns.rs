@@ -174,7 +174,8 @@ pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
 /// The child shares runws's memory (`CLONE_VM`, on a small stack of its
 /// own), so creating it copies no page tables: it only waits, with every
 /// signal blocked, for the SIGKILL that ends it. runws may have other
-/// threads; the child touches nothing they use.
+/// threads; the child touches nothing they use. Called at most once per
+/// runws process.
 pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
     use std::os::fd::OwnedFd;
     const P: &str = "unprivileged uid";
@@ -232,15 +233,12 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
             .map(OwnedFd::from)
             .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
     })();
-    let mut status = 0;
-    // SAFETY: kill and waitpid on our own child, writing into our local; once it is reaped nothing uses the stack.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-        while libc::waitpid(pid, &mut status, libc::__WALL) < 0
-            && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
-        libc::munmap(stack, STACK);
-    }
+    // Not waited for: it dies on its own time, off runws's path, and the
+    // watch loop reaps it with the command's orphans (or the kernel, once
+    // runws has exited). Its stack is therefore never unmapped: nothing
+    // else may ever be placed where it might still run.
+    // SAFETY: kill of our own child, by pid, before anything could reap it.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
     result
 }
 

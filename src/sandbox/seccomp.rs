@@ -229,6 +229,7 @@ const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
 const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
 const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const JA: u16 = 0x05; // BPF_JMP | BPF_JA
 
 fn stmt(code: u16, k: u32) -> Insn {
     Insn { code, jt: 0, jf: 0, k }
@@ -242,60 +243,185 @@ fn errno(e: i32) -> u32 {
     RET_ERRNO | (e as u32 & 0xffff)
 }
 
-/// The instructions of one rule: they return its verdict when it applies
-/// and fall through to the next rule otherwise (jumps are relative, counted
-/// from the instruction after the jump).
-fn compile(rule: Rule) -> Vec<Insn> {
-    match rule {
-        Rule::Always(nr, e) => {
-            vec![stmt(LD_W_ABS, NR), jump(JEQ_K, nr, 0, 1), stmt(RET_K, errno(e))]
-        }
-        Rule::AnyBit { nr, arg: a, mask, errno: e } => vec![
-            stmt(LD_W_ABS, NR),
-            jump(JEQ_K, nr, 0, 3),
-            stmt(LD_W_ABS, arg(a)),
-            jump(JSET_K, mask, 0, 1),
-            stmt(RET_K, errno(e)),
-        ],
-        Rule::OneOf { nr, arg: a, values, errno: e } => {
-            let n = values.len();
-            let mut out = vec![stmt(LD_W_ABS, NR), jump(JEQ_K, nr, 0, (n + 2) as u8), stmt(LD_W_ABS, arg(a))];
-            for (i, v) in values.iter().enumerate() {
-                // A match jumps to the return; the last miss jumps past it.
-                let (jt, jf) = ((n - 1 - i) as u8, if i == n - 1 { 1 } else { 0 });
-                out.push(jump(JEQ_K, *v, jt, jf));
+/// An instruction whose jumps name labels, resolved by [`assemble`].
+#[derive(Clone, Copy)]
+enum Op {
+    Load(u32),
+    Ret(u32),
+    /// `code` is JEQ, JGE or JSET with `k`; jump to `t` when true, `f` when
+    /// false.
+    Jump {
+        code: u16,
+        k: u32,
+        t: usize,
+        f: usize,
+    },
+    /// An unconditional jump.
+    Goto(usize),
+    /// Where a label points (no instruction).
+    Label(usize),
+}
+
+/// Labels and instructions for one ABI's block.
+struct Block {
+    ops: Vec<Op>,
+    labels: usize,
+}
+
+impl Block {
+    fn label(&mut self) -> usize {
+        self.labels += 1;
+        self.labels - 1
+    }
+
+    fn at(&mut self, label: usize) {
+        self.ops.push(Op::Label(label));
+    }
+
+    /// The rule's test, entered with the call number loaded: it returns
+    /// the rule's verdict when it applies and "allow" otherwise.
+    fn rule(&mut self, rule: Rule) {
+        let allow = self.label();
+        let refuse = self.label();
+        let verdict = match rule {
+            Rule::Always(_, e) => {
+                self.ops.push(Op::Ret(errno(e)));
+                return;
             }
-            out.push(stmt(RET_K, errno(e)));
-            out
+            Rule::AnyBit { arg: a, mask, errno: e, .. } => {
+                self.ops.push(Op::Load(arg(a)));
+                self.ops.push(Op::Jump { code: JSET_K, k: mask, t: refuse, f: allow });
+                e
+            }
+            Rule::OneOf { arg: a, values, errno: e, .. } => {
+                self.ops.push(Op::Load(arg(a)));
+                for v in values {
+                    let next = self.label();
+                    self.ops.push(Op::Jump { code: JEQ_K, k: *v, t: refuse, f: next });
+                    self.at(next);
+                }
+                self.ops.push(Op::Goto(allow));
+                e
+            }
+            Rule::Both { flags, flags_mask, mode, mode_mask, errno: e, .. } => {
+                let check_mode = self.label();
+                self.ops.push(Op::Load(arg(flags)));
+                self.ops.push(Op::Jump { code: JSET_K, k: flags_mask, t: check_mode, f: allow });
+                self.at(check_mode);
+                self.ops.push(Op::Load(arg(mode)));
+                self.ops.push(Op::Jump { code: JSET_K, k: mode_mask, t: refuse, f: allow });
+                e
+            }
+        };
+        self.at(refuse);
+        self.ops.push(Op::Ret(errno(verdict)));
+        self.at(allow);
+        self.ops.push(Op::Ret(RET_ALLOW));
+    }
+
+    /// A binary search over the sorted call numbers of `rules` (the call
+    /// number loaded), jumping to each rule's test, or to `allow` for every
+    /// other call: a handful of comparisons whatever the call, which keeps
+    /// both the filter and the kernel's per-call verdict cache (built by
+    /// running the filter once per call number when it is installed) cheap.
+    fn search(&mut self, rules: &[(u32, usize)], allow: usize) {
+        if rules.len() <= 2 {
+            for &(nr, target) in rules {
+                let next = self.label();
+                self.ops.push(Op::Jump { code: JEQ_K, k: nr, t: target, f: next });
+                self.at(next);
+            }
+            self.ops.push(Op::Goto(allow));
+            return;
         }
-        Rule::Both { nr, flags, flags_mask, mode, mode_mask, errno: e } => vec![
-            stmt(LD_W_ABS, NR),
-            jump(JEQ_K, nr, 0, 5),
-            stmt(LD_W_ABS, arg(flags)),
-            jump(JSET_K, flags_mask, 0, 3),
-            stmt(LD_W_ABS, arg(mode)),
-            jump(JSET_K, mode_mask, 0, 1),
-            stmt(RET_K, errno(e)),
-        ],
+        let mid = rules.len() / 2;
+        let upper = self.label();
+        let lower = self.label();
+        self.ops.push(Op::Jump { code: JGE_K, k: rules[mid].0, t: upper, f: lower });
+        self.at(lower);
+        self.search(&rules[..mid], allow);
+        self.at(upper);
+        self.search(&rules[mid..], allow);
     }
 }
 
+fn nr_of(rule: &Rule) -> u32 {
+    match *rule {
+        Rule::Always(nr, _) | Rule::AnyBit { nr, .. } | Rule::OneOf { nr, .. } | Rule::Both { nr, .. } => nr,
+    }
+}
+
+/// Resolves labels into relative jumps (a conditional jump's offsets are
+/// one byte; a longer one goes through a `Goto`, whose offset is 32 bits).
+fn assemble(ops: &[Op]) -> Vec<Insn> {
+    // Lay out: every op but a label is one instruction.
+    let mut at = Vec::new();
+    let mut n = 0usize;
+    let mut labels = std::collections::HashMap::new();
+    for op in ops {
+        match op {
+            Op::Label(l) => {
+                labels.insert(*l, n);
+            }
+            _ => {
+                at.push(n);
+                n += 1;
+            }
+        }
+    }
+    let rel = |from: usize, label: &usize| -> u32 {
+        let to = labels[label];
+        assert!(to > from, "a filter jump must go forward");
+        (to - from - 1) as u32
+    };
+    let mut out = Vec::with_capacity(n);
+    for op in ops {
+        let here = out.len();
+        out.push(match op {
+            Op::Label(_) => continue,
+            Op::Load(k) => stmt(LD_W_ABS, *k),
+            Op::Ret(k) => stmt(RET_K, *k),
+            Op::Goto(l) => stmt(JA, rel(here, l)),
+            Op::Jump { code, k, t, f } => {
+                let (t, f) = (rel(here, t), rel(here, f));
+                let byte = |o: u32| u8::try_from(o).expect("the search keeps conditional jumps short");
+                jump(*code, *k, byte(t), byte(f))
+            }
+        });
+    }
+    debug_assert_eq!(at.len(), out.len());
+    out
+}
+
 /// The filter program: per ABI, a block entered only for that ABI's
-/// audit arch, holding its rules and ending in "allow".
+/// audit arch: load the call number, search it among the calls the rules
+/// name, run that call's test; every other call is allowed.
 fn program(allow_userns: bool) -> Vec<Insn> {
     let mut out = Vec::new();
     for abi in ABIS {
-        let mut block: Vec<Insn> = Vec::new();
+        let mut b = Block { ops: Vec::new(), labels: 0 };
+        b.ops.push(Op::Load(NR));
         if abi.arch == AUDIT_ARCH_X86_64 {
             // x32 calls carry the x86-64 audit arch and a high bit in nr.
-            block.push(stmt(LD_W_ABS, NR));
-            block.push(jump(JGE_K, X32_SYSCALL_BIT, 0, 1));
-            block.push(stmt(RET_K, errno(libc::ENOSYS)));
+            let native = b.label();
+            let x32 = b.label();
+            b.ops.push(Op::Jump { code: JGE_K, k: X32_SYSCALL_BIT, t: x32, f: native });
+            b.at(x32);
+            b.ops.push(Op::Ret(errno(libc::ENOSYS)));
+            b.at(native);
         }
-        for rule in rules(abi, allow_userns) {
-            block.extend(compile(rule));
+        let mut rules = rules(abi, allow_userns);
+        rules.sort_by_key(nr_of);
+        let targets: Vec<(u32, usize)> = rules.iter().map(|r| (nr_of(r), b.label())).collect();
+        let allow = b.label();
+        b.search(&targets, allow);
+        for (rule, (_, label)) in rules.iter().zip(&targets) {
+            b.at(*label);
+            b.rule(*rule);
         }
-        block.push(stmt(RET_K, RET_ALLOW));
+        b.at(allow);
+        b.ops.push(Op::Ret(RET_ALLOW));
+        let block = assemble(&b.ops);
         out.push(stmt(LD_W_ABS, ARCH));
         out.push(jump(JEQ_K, abi.arch, 0, u8::try_from(block.len()).expect("a block fits a jump")));
         out.extend(block);
@@ -346,7 +472,9 @@ mod tests {
             let p = program(allow);
             assert!(p.len() < u16::MAX as usize);
             for (i, insn) in p.iter().enumerate() {
-                if insn.code & 0x07 == 0x05 {
+                if insn.code == JA {
+                    assert!(i + 1 + (insn.k as usize) < p.len(), "goto at {i} leaves the program");
+                } else if insn.code & 0x07 == 0x05 {
                     let (t, f) = (i + 1 + insn.jt as usize, i + 1 + insn.jf as usize);
                     assert!(t < p.len() && f < p.len(), "jump at {i} leaves the program");
                 }
@@ -357,11 +485,18 @@ mod tests {
 
     /// A small interpreter of the filter: the verdict for one call.
     fn verdict(p: &[Insn], arch: u32, nr: u32, args: [u32; 4]) -> u32 {
+        run(p, arch, nr, args).0
+    }
+
+    /// The verdict and how many instructions it took.
+    fn run(p: &[Insn], arch: u32, nr: u32, args: [u32; 4]) -> (u32, usize) {
         let mut acc = 0u32;
         let mut pc = 0usize;
+        let mut steps = 0;
         loop {
             let insn = p[pc];
             pc += 1;
+            steps += 1;
             match insn.code {
                 LD_W_ABS => {
                     acc = match insn.k {
@@ -373,11 +508,32 @@ mod tests {
                         other => panic!("load of offset {other}"),
                     }
                 }
+                JA => pc += insn.k as usize,
                 JEQ_K => pc += if acc == insn.k { insn.jt } else { insn.jf } as usize,
                 JGE_K => pc += if acc >= insn.k { insn.jt } else { insn.jf } as usize,
                 JSET_K => pc += if acc & insn.k != 0 { insn.jt } else { insn.jf } as usize,
-                RET_K => return insn.k,
+                RET_K => return (insn.k, steps),
                 other => panic!("unknown instruction {other:#x}"),
+            }
+        }
+    }
+
+    /// Every call the rules do not name is allowed whatever its arguments,
+    /// and every call takes a handful of instructions (the kernel runs the
+    /// filter once per call number when it is installed).
+    #[test]
+    fn other_calls_are_allowed_quickly() {
+        for allow in [false, true] {
+            let p = program(allow);
+            for abi in ABIS {
+                let named: Vec<u32> = rules(abi, allow).iter().map(nr_of).collect();
+                for nr in 0..600 {
+                    let (v, steps) = run(&p, abi.arch, nr, [u32::MAX; 4]);
+                    assert!(steps <= 16, "call {nr} takes {steps} instructions");
+                    if !named.contains(&nr) {
+                        assert_eq!(v, RET_ALLOW, "call {nr} of arch {:#x}", abi.arch);
+                    }
+                }
             }
         }
     }
