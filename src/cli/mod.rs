@@ -149,6 +149,10 @@ followed, and nothing is matched by name.",
         /// Keep claimed branches (worktrees are still removed)
         #[arg(long)]
         keep_branch: bool,
+        /// Also delete a claimed branch whose commits are on no other ref
+        /// (by default it is kept: those commits would be lost)
+        #[arg(long)]
+        drop_unmerged: bool,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
         grace: std::time::Duration,

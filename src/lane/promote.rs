@@ -39,11 +39,10 @@ pub struct PromoteRequest<'a> {
     pub worktree: Option<&'a Path>,
 }
 
-/// git as the user runs it, in their repository.
+/// git in the user's repository, which a run may have written: nothing
+/// there runs (see [`crate::git`]).
 fn git_user(repo: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.arg("-C").arg(repo).stdin(Stdio::null());
-    c
+    crate::git::command(repo)
 }
 
 pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Promotion> {
@@ -106,7 +105,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
     }
 
-    let mut c = git_user(&top);
+    let mut c = crate::git::converting(&top)?;
     c.args(["worktree", "add", "-q", "-b", &branch]).arg(&worktree).arg("HEAD");
     git_out(c, &format!("create branch `{branch}` in a new worktree"))?;
     let mut files = 0;

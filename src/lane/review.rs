@@ -140,7 +140,9 @@ fn current_kit(lane: &str, card: &Card, sha: &str) -> Result<()> {
 /// `git diff --stat` of everything in `work` (ignored files too) against
 /// `base`, through a scratch index so the restored repository is unchanged.
 fn diff_stat(work: &Path, base: &str, index: &Path) -> Result<String> {
-    let mut c = git_clean(work);
+    // Adding runs the filters the repository names, wherever its `.git`
+    // takes its configuration from: `converting` turns each one off.
+    let mut c = crate::git::converting(work)?;
     c.env("GIT_INDEX_FILE", index).args(["add", "-A", "-f", "--", "."]);
     git_out(c, "stage the restored work/ in a scratch index")?;
     let mut c = git_clean(work);
