@@ -389,7 +389,11 @@ impl Guard {
     }
 
     /// Records something this run created outside plain files of its own
-    /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`.
+    /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`. A
+    /// worktree must lie inside the run's directory and be listed by its
+    /// repository; a branch must carry the run's id or `RUNWS_PREFIX` in its
+    /// name (see [`crate::worktree`]); anything else is refused here, and
+    /// again by the reaper.
     /// Inside a sandbox a `pgid` claim is accepted but not recorded: its
     /// numbers mean nothing outside the PID namespace, and every process of
     /// a sandboxed run ends with the run anyway.
@@ -433,7 +437,7 @@ impl Guard {
                     match crate::worktree::owned(&self.run, &claim.value, Path::new(&repo_dir)) {
                         Ok(crate::worktree::Owned::Present { .. }) => {}
                         Ok(_) => return Err(bad("no such worktree")),
-                        Err(why) => return Err(bad(&why)),
+                        Err(why) => return Err(bad(why.message())),
                     }
                 }
                 claim.repo = Some(repo_dir);

@@ -6,12 +6,24 @@
 //! run that was only paused finds, when it wakes, that its guard calls and
 //! its final manifest write are refused. Teardown follows the manifest, never
 //! a pattern: the recorded process group (only while it is still that
-//! group), claimed worktrees and branches, claimed paths that lie inside the
-//! run's own directory, and the scratch directories. Symlinks are never
-//! followed and other file systems are never entered. The manifest,
-//! `inputs/`, `outputs/`, `work/` and `logs/` stay as evidence. Every step
-//! is idempotent: two reapers at once, or a reaper killed half-way and run
-//! again, end in the same state.
+//! group), claimed worktrees and branches the run provably owns, claimed
+//! paths that lie inside the run's own directory, and the scratch
+//! directories. Symlinks are never followed and other file systems are never
+//! entered. The manifest, `inputs/`, `outputs/`, `work/` and `logs/` stay as
+//! evidence. Every step is idempotent: two reapers at once, or a reaper
+//! killed half-way and run again, end in the same state.
+//!
+//! A plain run can edit its own manifest, so every claim is checked again
+//! here, whatever was checked when it was made. A worktree is removed only
+//! when it lies inside the run's directory (no symlink on the way) and its
+//! repository lists it ([`worktree::owned`]); runws removes its files
+//! itself, then has git forget it. A branch is deleted only when its name
+//! is the run's ([`worktree::branch_is_the_runs`]), no live run claims it,
+//! no worktree has it checked out, and every commit on it is on another ref
+//! too (or `--drop-unmerged`); it is deleted only if it still points where
+//! it was checked. Anything else is kept and the step says why. Every git
+//! goes through [`crate::git`]. A run removed for its age (`--keep`) is
+//! torn down first, and kept when that fails.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -27,7 +39,7 @@ use crate::git;
 use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
 use crate::procinfo;
 use crate::workspace::{self, RunDir, SCRATCH};
-use crate::worktree::{self, Owned};
+use crate::worktree::{self, NotOwned, Owned};
 
 pub struct Options {
     pub dry_run: bool,
@@ -252,7 +264,12 @@ fn remove_claimed_worktree(run: &RunDir, claim: &Claim, dry_run: bool, planned: 
     let value = &claim.value;
     let owned = match worktree::owned(run, value, repo) {
         Ok(o) => o,
-        Err(why) => return Step::new(Outcome::Kept, format!("kept worktree `{value}`: {why}")),
+        Err(NotOwned::Refused(why)) => {
+            return Step::new(Outcome::Kept, format!("kept worktree `{value}`: {why}"));
+        }
+        Err(NotOwned::Failed(e)) => {
+            return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}"));
+        }
     };
     let listed = match owned {
         Owned::Gone => return Step::new(Outcome::Done, format!("worktree `{value}`: already gone")),

@@ -6,7 +6,9 @@
 //! gc` in one run cannot prune objects another run's worktree needs) both
 //! write the repository's shared files, so they are serialised per
 //! repository with a lock under `ROOT/store/locks/`. Both the worktree and
-//! the branch are recorded as claims, so `reap` removes exactly them.
+//! the branch are recorded as claims (marked as made by runws), so `reap`
+//! removes exactly them. This module also holds the rules by which a claimed
+//! worktree or branch is a run's own, for `claim` and `reap` alike.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -75,47 +77,71 @@ pub(crate) enum Owned {
     Gone,
 }
 
+/// Why a claimed worktree is not removed.
+#[derive(Debug)]
+pub(crate) enum NotOwned {
+    /// It is not proven the run's: kept on purpose.
+    Refused(String),
+    /// The proof could not be made (git or the file system failed).
+    Failed(String),
+}
+
+impl NotOwned {
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            NotOwned::Refused(m) | NotOwned::Failed(m) => m,
+        }
+    }
+}
+
 /// Proves that `path` is a worktree of `repo` lying inside run `run`'s own
 /// directory: a plain path below it (after resolving the run directory,
 /// with no symlink on the way and never the run's evidence), which `git
 /// worktree list` of `repo` names. The error says why it is not.
-pub(crate) fn owned(run: &RunDir, path: &str, repo: &Path) -> std::result::Result<Owned, String> {
+pub(crate) fn owned(run: &RunDir, path: &str, repo: &Path) -> std::result::Result<Owned, NotOwned> {
+    let refused = |why: &str| NotOwned::Refused(why.to_string());
     let path = Path::new(path);
-    let real_run =
-        std::fs::canonicalize(run.path()).map_err(|e| format!("cannot resolve the run directory: {e}"))?;
+    let real_run = std::fs::canonicalize(run.path())
+        .map_err(|e| NotOwned::Failed(format!("cannot resolve the run directory: {e}")))?;
     let rel = path
         .strip_prefix(run.path())
         .or_else(|_| path.strip_prefix(&real_run))
-        .map_err(|_| format!("not inside the run directory `{}`", run.path().display()))?;
+        .map_err(|_| NotOwned::Refused(format!("not inside the run directory `{}`", run.path().display())))?;
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
-            Component::Normal(p) => parts.push(p.to_str().ok_or("not UTF-8")?.to_string()),
-            _ => return Err("not a plain path inside the run directory".into()),
+            Component::Normal(p) => parts.push(p.to_str().ok_or_else(|| refused("not UTF-8"))?.to_string()),
+            _ => return Err(refused("not a plain path inside the run directory")),
         }
     }
     match parts.first().map(String::as_str) {
-        None => return Err("that is the run directory itself".into()),
+        None => return Err(refused("that is the run directory itself")),
         Some("manifest.json" | "inputs" | "outputs" | "logs") => {
-            return Err("the run's evidence is never a worktree".into());
+            return Err(refused("the run's evidence is never a worktree"));
         }
         Some(_) => {}
     }
-    let mut dir = run.sub(".").map_err(|e| e.to_string())?;
+    let mut dir = run.sub(".").map_err(|e| NotOwned::Failed(e.to_string()))?;
     let mut present = true;
     for p in &parts {
         dir = match dir.sub(p) {
             Ok(d) => d,
-            Err(Error::Symlink { .. }) => return Err("a symlink is on the way".into()),
+            Err(Error::Symlink { .. }) => return Err(refused("a symlink is on the way")),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 present = false;
                 break;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(NotOwned::Failed(e.to_string())),
         };
     }
     let real = parts.iter().fold(real_run, |p, c| p.join(c));
-    let list = git::run(repo, &["worktree", "list", "--porcelain"]).map_err(|e| e.to_string())?;
+    let list = match git::run(repo, &["worktree", "list", "--porcelain"]) {
+        Ok(l) => l,
+        // Nothing of the run's is left on disk, and the repository cannot
+        // be asked (it may be gone itself): nothing to do.
+        Err(_) if !present => return Ok(Owned::Gone),
+        Err(e) => return Err(NotOwned::Failed(e.to_string())),
+    };
     let listed = list
         .lines()
         .filter_map(|l| l.strip_prefix("worktree "))
@@ -123,7 +149,7 @@ pub(crate) fn owned(run: &RunDir, path: &str, repo: &Path) -> std::result::Resul
         .find(|l| *l == real || l == path);
     match (present, listed) {
         (true, Some(listed)) => Ok(Owned::Present { rel: parts, listed }),
-        (true, None) => Err(format!("not a worktree of `{}`", repo.display())),
+        (true, None) => Err(NotOwned::Refused(format!("not a worktree of `{}`", repo.display()))),
         (false, Some(listed)) => Ok(Owned::Registered { listed }),
         (false, None) => Ok(Owned::Gone),
     }

@@ -9,7 +9,10 @@
 //! the files there uncommitted: committing and pushing stay the user's
 //! decision. Entries named `.git` are never copied; every write goes
 //! through [`Dir`], so a symlink in the branch is replaced, never written
-//! through.
+//! through. git runs in the user's repository as [`crate::git`] runs it: a
+//! hook or filter a run planted there does not run (nor does the user's own
+//! global configuration apply: a Git LFS file is checked out as its
+//! pointer).
 //!
 //! A reset signals only the process groups the lane's runs recorded, and
 //! only while each is still the group that was recorded (leader pid and

@@ -5,9 +5,12 @@
 //! `ROOT/restores/` and rescans what it restored, as `runws restore` does.
 //! It accepts only the lane's current kit, so a review is always of what
 //! would be approved. Before running git in the restored repository it
-//! replaces `.git/config` with a fixed minimal one, so nothing in the kit
-//! chooses what git executes (filters, fsmonitor, external diffs); the diff
-//! stat goes through a scratch index, so the restored repository is as the
+//! replaces `.git/config` with a fixed minimal one, and git runs as
+//! [`crate::git`] runs it, turning off every filter of the configuration
+//! git really reads (a kit's `.git/commondir` can point elsewhere), so
+//! nothing in the kit chooses what git executes (filters, fsmonitor, hooks,
+//! external diffs); the diff stat goes through a scratch index, so the
+//! restored repository is as the
 //! kit holds it when `replay/eval.sh` runs, from `work/`, inside a clean
 //! `runws run` (the real binary: an environment built from empty, its own
 //! run id). The result is recorded on the lane's card.
