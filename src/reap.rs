@@ -368,11 +368,12 @@ fn delete_claimed_branch(
             "rev-list",
             "-n",
             "1",
+            // Before `--all`, which it narrows.
+            "--single-worktree",
             &tip,
             "--not",
             &format!("--exclude={refname}"),
             "--all",
-            "--single-worktree",
         ],
     ) {
         Ok(c) => c,

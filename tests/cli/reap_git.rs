@@ -197,6 +197,11 @@ fn dry_run_lists_every_step_and_changes_nothing() {
         "mkdir -p $RUNWS_DIR/work/junk && runws claim path $RUNWS_DIR/work/junk && touch $HOME/h",
     ])
     .ok();
+    // Its worktree still has the branch checked out: the plan is still
+    // what the reap will find once the worktree is gone.
+    let commit =
+        "echo x > x && git add x && git -c user.name=r -c user.email=r@example.invalid commit -q -m work";
+    env.run(&["run", "--run-id", "e", "--worktree", "repo", "--", "sh", "-c", commit]).ok();
     let before = tree(&env.root);
     let out = env.run(&["reap", "--dry-run", "--json"]);
     out.ok();
@@ -212,6 +217,8 @@ fn dry_run_lists_every_step_and_changes_nothing() {
     ] {
         assert!(steps.contains(want), "{want:?} missing: {steps}");
     }
+    let steps = v[1]["steps"].to_string();
+    assert!(steps.contains("kept branch `runws/e`: commit"), "{steps}");
     env.run(&["reap", "--dry-run"]).ok().stdout_has("would remove worktree");
 }
 
