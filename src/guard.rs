@@ -463,8 +463,11 @@ impl Guard {
 
     /// Records something this run created outside plain files of its own
     /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`. A
-    /// process group is accepted only when its leader is alive and it and
-    /// every member descend from this run's runws.
+    /// worktree must lie inside the run's directory and be listed by its
+    /// repository; a branch must carry the run's id or `RUNWS_PREFIX` in its
+    /// name (see [`crate::worktree`]); a process group is accepted only when
+    /// its leader is alive and it and every member descend from this run's
+    /// runws; anything else is refused here, and again by the reaper.
     /// Inside a sandbox a `pgid` claim is accepted but not recorded: its
     /// numbers mean nothing outside the PID namespace, and every process of
     /// a sandboxed run ends with the run anyway.
@@ -484,18 +487,34 @@ impl Guard {
             repo: None,
             start_time: None,
             claimed_at: manifest::format_time(SystemTime::now()),
+            made_by_runws: false,
         };
         match kind {
             "path" => claim.value = absolute(Path::new(value)),
             "branch" | "worktree" => {
-                if kind == "branch" && (value.starts_with('-') || value.contains("..") || value.contains(' '))
-                {
-                    return Err(bad("not a branch name"));
-                }
-                if kind == "worktree" {
+                let repo_dir = absolute(repo.unwrap_or(Path::new(".")));
+                if kind == "branch" {
+                    if !crate::worktree::plain_branch_name(value) {
+                        return Err(bad("not a branch name"));
+                    }
+                    if !crate::worktree::branch_is_the_runs(&self.run.id, value) {
+                        return Err(bad(&format!(
+                            "not a name runws gives run `{}`: use `runws/<run id>`, or a name starting with `$RUNWS_PREFIX` ({})",
+                            self.run.id,
+                            crate::workspace::prefix_for(&self.run.id)
+                        )));
+                    }
+                    crate::git::dirs(Path::new(&repo_dir))
+                        .map_err(|_| bad(&format!("`{repo_dir}` is not a git repository")))?;
+                } else {
                     claim.value = absolute(Path::new(value));
+                    match crate::worktree::owned(&self.run, &claim.value, Path::new(&repo_dir)) {
+                        Ok(crate::worktree::Owned::Present { .. }) => {}
+                        Ok(_) => return Err(bad("no such worktree")),
+                        Err(why) => return Err(bad(why.message())),
+                    }
                 }
-                claim.repo = Some(absolute(repo.unwrap_or(Path::new("."))));
+                claim.repo = Some(repo_dir);
             }
             "pgid" => {
                 let pgid: i32 =

@@ -16,6 +16,7 @@ pub mod error;
 pub mod exit;
 pub mod fingerprint;
 pub mod fsx;
+pub mod git;
 pub mod guard;
 pub mod lane;
 pub mod manifest;

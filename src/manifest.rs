@@ -138,6 +138,11 @@ pub struct Claim {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<u64>,
     pub claimed_at: String,
+    /// Set by runws itself for the worktree and branch of `run --worktree`,
+    /// never by `runws claim`. A plain run can edit its own manifest, so
+    /// the reaper still checks the branch's name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub made_by_runws: bool,
 }
 
 /// The reaper's record on a run it took over.

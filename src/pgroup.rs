@@ -82,6 +82,11 @@ impl Procs {
         Procs { all, by_pgid, root: root.map(Path::to_path_buf), live_runws: OnceLock::new() }
     }
 
+    /// True while process group `pgid` has a live member.
+    pub fn group_alive(&self, pgid: i32) -> bool {
+        !self.members(pgid).is_empty()
+    }
+
     fn members(&self, pgid: i32) -> &[i32] {
         self.by_pgid.get(&pgid).map_or(&[], |v| v.as_slice())
     }

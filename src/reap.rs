@@ -7,25 +7,39 @@
 //! its final manifest write are refused. Teardown follows the manifest, never
 //! a pattern: the recorded process groups (only while every member
 //! provably belongs to the run, see [`crate::pgroup`]), claimed worktrees
-//! and branches, claimed paths that lie inside the run's own directory, and
-//! the scratch directories. Symlinks are never followed and mount points
-//! (other file systems, or bind mounts of the same one) are never entered:
-//! a mount point is left and reported. The manifest, `inputs/`, `outputs/`,
-//! `work/` and `logs/` stay as evidence. Every step is idempotent: two
-//! reapers at once, or a reaper killed half-way and run again, end in the
-//! same state.
+//! and branches the run provably owns, claimed paths that lie inside the
+//! run's own directory, and the scratch directories. Symlinks are never
+//! followed and mount points (other file systems, or bind mounts of the same
+//! one) are never entered: a mount point is left and reported. The
+//! manifest, `inputs/`, `outputs/`, `work/` and `logs/` stay as evidence.
+//! Every step is idempotent: two reapers at once, or a reaper killed
+//! half-way and run again, end in the same state.
+//!
+//! A plain run can edit its own manifest, so every claim is checked again
+//! here, whatever was checked when it was made. A worktree is removed only
+//! when it lies inside the run's directory (no symlink on the way) and its
+//! repository lists it ([`worktree::owned`]); runws removes its files
+//! itself, then has git forget it. A branch is deleted only when its name
+//! is the run's ([`worktree::branch_is_the_runs`]), no live run claims it,
+//! no worktree has it checked out, and every commit on it is on another ref
+//! too (or `--drop-unmerged`); it is deleted only if it still points where
+//! it was checked. Anything else is kept and the step says why. Every git
+//! goes through [`crate::git`]. A run removed for its age (`--keep`) is
+//! torn down first, and kept when that fails.
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::fsx::Dir;
+use crate::git;
 use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
 use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
 use crate::workspace::{self, RunDir, SCRATCH};
+use crate::worktree::{self, NotOwned, Owned};
 
 pub struct Options {
     pub dry_run: bool,
@@ -37,6 +51,8 @@ pub struct Options {
     pub lock_wait: Duration,
     /// Leave claimed branches in place.
     pub keep_branch: bool,
+    /// Delete a claimed branch even when its commits are on no other ref.
+    pub drop_unmerged: bool,
 }
 
 impl Default for Options {
@@ -47,6 +63,7 @@ impl Default for Options {
             grace: Duration::from_secs(2),
             lock_wait: Duration::from_secs(2),
             keep_branch: false,
+            drop_unmerged: false,
         }
     }
 }
@@ -60,7 +77,7 @@ pub struct RunReport {
     /// `skipped`, `reaped`, `removed`, `would-reap`, `would-remove`, `refused` or `failed`.
     pub action: &'static str,
     pub reason: String,
-    pub steps: Vec<String>,
+    pub steps: Vec<Step>,
 }
 
 /// Ends process group `pgid` if every member is provably the run's (see
@@ -93,138 +110,363 @@ pub(crate) fn end_recorded_group(
     end_group(pgid, start_time, grace, facts.as_ref(), &Procs::scan(Some(root)))
 }
 
-/// `git -C repo ARGS` for the teardown steps, whose errors are report lines.
-fn git(repo: &str, args: &[&str]) -> std::result::Result<(), String> {
-    crate::worktree::git(Path::new(repo), args).map(drop).map_err(|e| e.to_string())
+/// How one teardown step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Done now, or found done already.
+    Done,
+    /// Left in place on purpose: not the run's to remove, or unmerged work.
+    Kept,
+    /// Could not be done: the teardown is incomplete.
+    Failed,
+    /// `--dry-run`: what a reap would do now.
+    WouldDo,
+}
+
+/// One step of a teardown (or of a dry run's plan), as a person reads it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub outcome: Outcome,
+    pub message: String,
+}
+
+impl Step {
+    fn new(outcome: Outcome, message: impl Into<String>) -> Step {
+        Step { outcome, message: message.into() }
+    }
 }
 
 /// Removes a claimed path, only if it lies inside the run directory, walking
 /// to it one component at a time without following symlinks.
-fn remove_claimed_path(run: &RunDir, claim: &Claim) -> std::result::Result<String, String> {
+fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
+    let kept = |why: &str| Step::new(Outcome::Kept, format!("kept `{}`: {why}", claim.value));
     let path = Path::new(&claim.value);
     let Ok(rel) = path.strip_prefix(run.path()) else {
-        return Err(format!("kept `{}`: outside the run directory", claim.value));
+        return kept("outside the run directory");
     };
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
-            Component::Normal(p) => parts.push(p.to_str().ok_or("not UTF-8")?.to_string()),
-            _ => return Err(format!("kept `{}`: not a plain path inside the run", claim.value)),
+            Component::Normal(p) => match p.to_str() {
+                Some(p) => parts.push(p.to_string()),
+                None => return kept("not UTF-8"),
+            },
+            _ => return kept("not a plain path inside the run"),
         }
     }
     let Some(last) = parts.pop() else {
-        return Err(format!("kept `{}`: that is the run directory itself", claim.value));
+        return kept("that is the run directory itself");
     };
     if parts.is_empty() && matches!(last.as_str(), "manifest.json" | "inputs" | "outputs" | "logs") {
-        return Err(format!("kept `{}`: evidence is never removed by a claim", claim.value));
+        return kept("evidence is never removed by a claim");
     }
-    let mut dir = run.sub(".").map_err(|e| e.to_string())?;
+    let gone = || Step::new(Outcome::Done, format!("path `{}`: already gone", claim.value));
+    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot remove path `{}`: {e}", claim.value));
+    let mut dir = match run.sub(".") {
+        Ok(d) => d,
+        Err(e) => return failed(e),
+    };
     for p in &parts {
         dir = match dir.sub(p) {
             Ok(d) => d,
-            Err(Error::Symlink { .. }) => {
-                return Err(format!("kept `{}`: a symlink is on the way", claim.value));
-            }
+            Err(Error::Symlink { .. }) => return kept("a symlink is on the way"),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(format!("path `{}`: already gone", claim.value));
+                return gone();
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return failed(e),
+        };
+    }
+    if dry_run {
+        return match dir.lstat(&last) {
+            Ok(Some(_)) => Step::new(Outcome::WouldDo, format!("would remove path `{}`", claim.value)),
+            Ok(None) => gone(),
+            Err(e) => failed(e),
         };
     }
     match dir.remove_tree(&last) {
-        Ok(0) => Ok(format!("path `{}`: already gone", claim.value)),
-        Ok(_) => Ok(format!("removed path `{}`", claim.value)),
-        Err(e) => Err(e.to_string()),
+        Ok(0) => gone(),
+        Ok(_) => Step::new(Outcome::Done, format!("removed path `{}`", claim.value)),
+        Err(e) => failed(e),
     }
 }
 
-/// Undoes everything the manifest records; returns the steps and whether
-/// all succeeded.
-fn teardown(run: &RunDir, m: &Manifest, opts: &Options, procs: &Procs) -> (Vec<String>, bool) {
+/// The repository of a worktree or branch claim; none recorded is kept.
+fn claim_repo(claim: &Claim) -> std::result::Result<&Path, Step> {
+    match claim.repo.as_deref() {
+        Some(r) if Path::new(r).is_absolute() => Ok(Path::new(r)),
+        _ => Err(Step::new(
+            Outcome::Kept,
+            format!("kept {} `{}`: no absolute repository recorded", claim.kind, claim.value),
+        )),
+    }
+}
+
+/// Removes a claimed worktree, only when [`worktree::owned`] proves it the
+/// run's: its files are removed by runws (never following a symlink, never
+/// entering another file system), then git forgets it.
+fn remove_claimed_worktree(run: &RunDir, claim: &Claim, dry_run: bool, planned: &mut Vec<PathBuf>) -> Step {
+    let repo = match claim_repo(claim) {
+        Ok(r) => r,
+        Err(s) => return s,
+    };
+    let value = &claim.value;
+    let owned = match worktree::owned(run, value, repo) {
+        Ok(o) => o,
+        Err(NotOwned::Refused(why)) => {
+            return Step::new(Outcome::Kept, format!("kept worktree `{value}`: {why}"));
+        }
+        Err(NotOwned::Failed(e)) => {
+            return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}"));
+        }
+    };
+    let listed = match owned {
+        Owned::Gone => return Step::new(Outcome::Done, format!("worktree `{value}`: already gone")),
+        Owned::Present { listed, .. } | Owned::Registered { listed } if dry_run => {
+            planned.push(listed);
+            return Step::new(
+                Outcome::WouldDo,
+                format!("would remove worktree `{value}` of `{}`", repo.display()),
+            );
+        }
+        Owned::Present { rel, listed } => {
+            if let Err(e) = remove_inside(run, &rel) {
+                return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}"));
+            }
+            listed
+        }
+        Owned::Registered { listed } => listed,
+    };
+    let Some(listed) = listed.to_str() else {
+        return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: not UTF-8"));
+    };
+    match git::run(repo, &["worktree", "remove", "--force", "--force", listed]) {
+        Ok(_) => Step::new(Outcome::Done, format!("removed worktree `{value}`")),
+        Err(e) => Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}")),
+    }
+}
+
+/// Removes `rel` (components below the run directory) with
+/// [`Dir::remove_tree`].
+fn remove_inside(run: &RunDir, rel: &[String]) -> Result<()> {
+    let Some((last, parents)) = rel.split_last() else { return Ok(()) };
+    let mut dir = run.sub(".")?;
+    for p in parents {
+        dir = dir.sub(p)?;
+    }
+    dir.remove_tree(last).map(drop)
+}
+
+/// Deletes a claimed branch, only when it is the run's by its name, no
+/// live run claims it, no worktree has it checked out, and (unless
+/// `--drop-unmerged`) every commit on it is on another ref too.
+/// In a dry run, `planned` holds the worktrees the run would have removed
+/// by then.
+fn delete_claimed_branch(
+    m: &Manifest,
+    claim: &Claim,
+    opts: &Options,
+    live: &LiveClaims,
+    planned: &[PathBuf],
+) -> Step {
+    let name = &claim.value;
+    let kept = |why: String| Step::new(Outcome::Kept, format!("kept branch `{name}`: {why}"));
+    if opts.keep_branch {
+        return Step::new(Outcome::Kept, format!("kept branch `{name}` (--keep-branch)"));
+    }
+    let repo = match claim_repo(claim) {
+        Ok(r) => r,
+        Err(s) => return s,
+    };
+    if !worktree::plain_branch_name(name) {
+        return kept("not a branch name".into());
+    }
+    if !worktree::branch_is_the_runs(&m.run_id, name) {
+        return kept(format!(
+            "not a name runws gives this run (`runws/{}`, or one carrying its RUNWS_PREFIX `{}` or its run id)",
+            m.run_id,
+            crate::workspace::prefix_for(&m.run_id)
+        ));
+    }
+    if let Some(other) = live.claimant(&m.run_id, "branch", name, &claim.repo) {
+        return kept(format!("claimed by the live run `{other}` too"));
+    }
+    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot delete branch `{name}`: {e}"));
+    let refname = format!("refs/heads/{name}");
+    let tip = match git::run(repo, &["rev-parse", "--verify", "--quiet", &format!("{refname}^{{commit}}")]) {
+        Ok(t) if !t.is_empty() => t,
+        _ => return Step::new(Outcome::Done, format!("branch `{name}`: already gone")),
+    };
+    let worktrees = match git::run(repo, &["worktree", "list", "--porcelain"]) {
+        Ok(w) => w,
+        Err(e) => return failed(e),
+    };
+    let mut at = "";
+    for l in worktrees.lines() {
+        if let Some(p) = l.strip_prefix("worktree ") {
+            at = p;
+        } else if l == format!("branch {refname}") && !planned.iter().any(|p| p == Path::new(at)) {
+            return kept(format!("the worktree `{at}` has it checked out"));
+        }
+    }
+    // Every ref but this branch, and the repository's own HEAD; other
+    // worktrees' HEADs do not count, as they may go with their worktree.
+    let only_here = match git::run(
+        repo,
+        &[
+            "rev-list",
+            "-n",
+            "1",
+            // Before `--all`, which it narrows.
+            "--single-worktree",
+            &tip,
+            "--not",
+            &format!("--exclude={refname}"),
+            "--all",
+        ],
+    ) {
+        Ok(c) => c,
+        Err(e) => return failed(e),
+    };
+    if !only_here.is_empty() && !opts.drop_unmerged {
+        return kept(format!(
+            "commit {} is on no other ref (unmerged work; `reap --drop-unmerged` deletes it)",
+            &only_here[..only_here.len().min(12)]
+        ));
+    }
+    if opts.dry_run {
+        return Step::new(Outcome::WouldDo, format!("would delete branch `{name}` of `{}`", repo.display()));
+    }
+    // Deleted only if it still points where it was checked.
+    match git::run(repo, &["update-ref", "-d", &refname, &tip]) {
+        Ok(_) => Step::new(Outcome::Done, format!("deleted branch `{name}`")),
+        Err(e) => failed(e),
+    }
+}
+
+/// The worktree and branch claims of live runs, read once, when a
+/// teardown first needs them.
+struct LiveClaims {
+    root: std::path::PathBuf,
+    claims: std::sync::OnceLock<Vec<(String, Claim)>>,
+}
+
+impl LiveClaims {
+    fn new(root: &Path) -> LiveClaims {
+        LiveClaims { root: root.to_path_buf(), claims: std::sync::OnceLock::new() }
+    }
+
+    /// A live run other than `me` that claims the same thing.
+    fn claimant(&self, me: &str, kind: &str, value: &str, repo: &Option<String>) -> Option<String> {
+        let claims = self.claims.get_or_init(|| {
+            let mut out = Vec::new();
+            let Ok(runs) = workspace::runs_dir(&self.root, false) else { return out };
+            let now = SystemTime::now();
+            for id in runs.entries().unwrap_or_default() {
+                let Ok(run) = RunDir::open(&self.root, &id) else { continue };
+                let Ok(m) = manifest::read(&run.dir) else { continue };
+                if m.status == Status::Running && still_owned(&m, now).is_some() {
+                    out.extend(m.claims.into_iter().map(|c| (id.clone(), c)));
+                }
+            }
+            out
+        });
+        claims
+            .iter()
+            .find(|(id, c)| id != me && c.kind == kind && c.value == value && &c.repo == repo)
+            .map(|(id, _)| id.clone())
+    }
+}
+
+/// Undoes everything the manifest records (with `--dry-run`, says what it
+/// would undo); returns the steps and whether all succeeded.
+fn teardown(
+    run: &RunDir,
+    m: &Manifest,
+    opts: &Options,
+    procs: &Procs,
+    live: &LiveClaims,
+) -> (Vec<Step>, bool) {
     let mut steps = Vec::new();
-    let mut ok = true;
+    let mut planned = Vec::new();
     let same_host = m.host == procinfo::hostname();
     let facts = RunFacts::of(&run.dir, m);
+    let group = |pgid: i32, start_time: Option<u64>| {
+        if opts.dry_run {
+            return if pgid > 1 && procs.group_alive(pgid) {
+                Step::new(
+                    Outcome::WouldDo,
+                    format!("would end process group {pgid} if every member is still provably the run's"),
+                )
+            } else {
+                Step::new(Outcome::Done, format!("process group {pgid}: already gone"))
+            };
+        }
+        let s = end_group(pgid, start_time, opts.grace, Some(&facts), procs);
+        let outcome = if s.contains("still alive after SIGKILL") { Outcome::Failed } else { Outcome::Done };
+        Step::new(outcome, s)
+    };
     if let Some(child) = &m.child {
         if same_host {
-            let s = end_group(child.pgid, Some(child.start_time), opts.grace, Some(&facts), procs);
-            ok &= !s.contains("still alive after SIGKILL");
-            steps.push(s);
+            steps.push(group(child.pgid, Some(child.start_time)));
         } else {
-            steps
-                .push(format!("process group {}: on host `{}`, not signalled from here", child.pgid, m.host));
+            steps.push(Step::new(
+                Outcome::Done,
+                format!("process group {}: on host `{}`, not signalled from here", child.pgid, m.host),
+            ));
         }
     }
     for c in &m.claims {
-        let result = match c.kind.as_str() {
+        steps.push(match c.kind.as_str() {
             "pgid" if same_host => match c.value.parse::<i32>() {
-                Ok(pgid) => Ok(end_group(pgid, c.start_time, opts.grace, Some(&facts), procs)),
-                Err(_) => Err(format!("claimed pgid `{}` is not a number", c.value)),
+                Ok(pgid) => group(pgid, c.start_time),
+                Err(_) => Step::new(Outcome::Failed, format!("claimed pgid `{}` is not a number", c.value)),
             },
-            "pgid" => Ok(format!("process group {}: on another host, not signalled", c.value)),
-            "worktree" => {
-                let repo = c.repo.as_deref().unwrap_or(".");
-                if !Path::new(&c.value).exists() {
-                    let _ = git(repo, &["worktree", "prune"]);
-                    Ok(format!("worktree `{}`: already gone", c.value))
-                } else {
-                    git(repo, &["worktree", "remove", "--force", "--force", &c.value])
-                        .map(|()| format!("removed worktree `{}`", c.value))
-                        .map_err(|e| format!("cannot remove worktree `{}`: {e}", c.value))
-                }
+            "pgid" => {
+                Step::new(Outcome::Done, format!("process group {}: on another host, not signalled", c.value))
             }
-            "branch" if opts.keep_branch => Ok(format!("kept branch `{}` (--keep-branch)", c.value)),
-            "branch" => {
-                let repo = c.repo.as_deref().unwrap_or(".");
-                let exists =
-                    git(repo, &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{}", c.value)])
-                        .is_ok();
-                if !exists {
-                    Ok(format!("branch `{}`: already gone", c.value))
-                } else {
-                    git(repo, &["branch", "-D", &c.value])
-                        .map(|()| format!("deleted branch `{}`", c.value))
-                        .map_err(|e| format!("cannot delete branch `{}`: {e}", c.value))
-                }
-            }
-            "path" => remove_claimed_path(run, c),
-            other => Err(format!("unknown claim kind `{other}`")),
-        };
-        match result {
-            Ok(s) => steps.push(s),
-            Err(s) => {
-                // A path outside the run is kept on purpose, not a failure.
-                ok &= s.starts_with("kept ");
-                steps.push(s);
-            }
-        }
+            "worktree" => remove_claimed_worktree(run, c, opts.dry_run, &mut planned),
+            "branch" => delete_claimed_branch(m, c, opts, live, &planned),
+            "path" => remove_claimed_path(run, c, opts.dry_run),
+            other => Step::new(Outcome::Failed, format!("unknown claim kind `{other}`")),
+        });
     }
     let mut removed = Vec::new();
     let mut mounts = Vec::new();
     for name in SCRATCH {
+        if opts.dry_run {
+            if run.dir.lstat(name).is_ok_and(|st| st.is_some()) {
+                removed.push(name);
+            }
+            continue;
+        }
         match run.dir.remove_tree_keeping_mounts(name) {
             Ok(r) if !r.mounts_left.is_empty() => mounts.extend(r.mounts_left),
             Ok(r) if r.entries == 0 => {}
             Ok(_) => removed.push(name),
-            Err(e) => {
-                ok = false;
-                steps.push(format!("cannot remove {name}: {e}"));
-            }
+            Err(e) => steps.push(Step::new(Outcome::Failed, format!("cannot remove {name}: {e}"))),
         }
     }
     if !removed.is_empty() {
-        steps.push(format!("removed scratch {}", removed.join(", ")));
+        let (outcome, verb) =
+            if opts.dry_run { (Outcome::WouldDo, "would remove") } else { (Outcome::Done, "removed") };
+        steps.push(Step::new(outcome, format!("{verb} scratch {}", removed.join(", "))));
     }
     // Left on purpose, as a path outside the run is: what is mounted there
     // is not the run's to remove (once unmounted, `--keep` removes the run).
     for m in mounts {
-        steps.push(format!("left mount point `{}` and the directories leading to it", m.display()));
+        steps.push(Step::new(
+            Outcome::Kept,
+            format!("left mount point `{}` and the directories leading to it", m.display()),
+        ));
     }
     // The final record's temp file of a runws that never finished.
-    if let Err(e) = run.dir.unlink(workspace::FINAL_TEMP) {
-        ok = false;
-        steps.push(format!("cannot remove {}: {e}", workspace::FINAL_TEMP));
+    if !opts.dry_run
+        && let Err(e) = run.dir.unlink(workspace::FINAL_TEMP)
+    {
+        steps.push(Step::new(Outcome::Failed, format!("cannot remove {}: {e}", workspace::FINAL_TEMP)));
     }
+    let ok = !steps.iter().any(|s| s.outcome == Outcome::Failed);
     (steps, ok)
 }
 
@@ -270,6 +512,7 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
         runs.entries()?.into_iter().filter(|id| workspace::check_run_id(id).is_ok()).collect();
     ids.sort();
     let procs = Procs::scan(Some(root));
+    let live = LiveClaims::new(root);
     // Runs are independent: reap them on every core, keeping the order.
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
     let chunk = ids.len().div_ceil(workers).max(1);
@@ -277,9 +520,9 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
         let handles: Vec<_> = ids
             .chunks(chunk)
             .map(|part| {
-                let (runs, procs) = (&runs, &procs);
+                let (runs, procs, live) = (&runs, &procs, &live);
                 scope.spawn(move || {
-                    part.iter().map(|id| reap_one(root, runs, id, opts, procs)).collect::<Vec<_>>()
+                    part.iter().map(|id| reap_one(root, runs, id, opts, procs, live)).collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -293,7 +536,14 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
     Ok(reports)
 }
 
-fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) -> RunReport {
+fn reap_one(
+    root: &Path,
+    runs: &Dir,
+    id: &str,
+    opts: &Options,
+    procs: &Procs,
+    live: &LiveClaims,
+) -> RunReport {
     let now = SystemTime::now();
     let run = match RunDir::open(root, id) {
         Ok(r) => r,
@@ -305,8 +555,8 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
     };
     let status = m.status.as_str();
 
-    // Whole runs past their retention.
-    if let Some(keep) = opts.keep {
+    // Whole runs past their retention: torn down first, like any other.
+    let retention_over = opts.keep.is_some_and(|keep| {
         let finished = match m.status {
             Status::Running => false,
             Status::Abandoned => m.reap.as_ref().is_some_and(|r| r.completed),
@@ -317,22 +567,29 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
         } else {
             m.finished_at.as_deref()
         };
-        if finished && !held(&m) && older_than(since, keep, now) {
-            if opts.dry_run {
-                return report(
-                    id,
-                    status,
-                    "would-remove",
-                    format!("finished before the last {}", humantime::format_duration(keep)),
-                );
-            }
-            drop(run);
-            return match runs.remove_tree(id) {
-                Ok(_) => report(id, status, "removed", "past its retention"),
-                Err(e) => report(id, status, "failed", e.to_string()),
-            };
+        finished && !held(&m) && older_than(since, keep, now)
+    });
+    let remove_whole = |run: RunDir, mut r: RunReport| {
+        let keep = opts.keep.unwrap_or_default();
+        r.reason = format!("finished before the last {}", humantime::format_duration(keep));
+        if opts.dry_run {
+            r.action = "would-remove";
+            r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
+            return r;
         }
-    }
+        drop(run);
+        match runs.remove_tree(id) {
+            Ok(_) => {
+                r.action = "removed";
+                r.reason = "past its retention".into();
+            }
+            Err(e) => {
+                r.action = "failed";
+                r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
+            }
+        }
+        r
+    };
 
     let needs_teardown = match m.status {
         Status::Running => {
@@ -345,10 +602,19 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
         _ => !m.reap.as_ref().is_some_and(|r| r.completed),
     };
     if !needs_teardown {
+        if retention_over {
+            return remove_whole(run, report(id, status, "removed", ""));
+        }
         return report(id, status, "skipped", "already reaped");
     }
     if opts.dry_run {
-        return report(id, status, "would-reap", "nobody owns it");
+        let (steps, _) = teardown(&run, &m, opts, procs, live);
+        let mut r = report(id, status, "would-reap", "nobody owns it");
+        r.steps = steps;
+        if retention_over {
+            return remove_whole(run, r);
+        }
+        return r;
     }
 
     // Take the run over: under the lock, re-check that nobody owns it.
@@ -389,11 +655,11 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
         Err(e) => return report(id, status, "failed", e.to_string()),
     };
 
-    let (steps, ok) = teardown(&run, &m, opts, procs);
+    let (steps, ok) = teardown(&run, &m, opts, procs, live);
     let recorded = manifest::update_unsynced(&run.dir, |m| {
         if let Some(r) = m.reap.as_mut() {
             r.completed = ok;
-            r.actions.extend(steps.iter().cloned());
+            r.actions.extend(steps.iter().map(|s| s.message.clone()));
         }
         Ok(())
     });
@@ -410,7 +676,13 @@ fn reap_one(root: &Path, runs: &Dir, id: &str, opts: &Options, procs: &Procs) ->
     r.steps = steps;
     if let Err(e) = recorded {
         r.action = "failed";
-        r.steps.push(format!("cannot record the teardown: {e}"));
+        r.steps.push(Step::new(Outcome::Failed, format!("cannot record the teardown: {e}")));
+    }
+    if r.action == "reaped" && retention_over {
+        return remove_whole(run, r);
+    }
+    if r.action == "failed" && retention_over {
+        r.reason = "past its retention, but its teardown failed: the run is kept".into();
     }
     r
 }

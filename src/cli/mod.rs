@@ -102,9 +102,11 @@ the producer run and sha256 in the inputs and the input fingerprint."
     #[command(
         long_about = "Record in the manifest something the run created outside plain files of its own \
 directory, so that `runws reap` removes exactly that and nothing else: a `path` (removed only if it \
-lies inside the run directory), a git `branch` or `worktree` (of --repo, default the current \
-directory), or a process group `pgid` (accepted only while its leader is alive and every member \
-descends from this run's runws; signalled only while every member provably belongs to the run)."
+lies inside the run directory), a git `worktree` (of --repo, default the current directory; it must \
+lie inside the run directory), a git `branch` (its name must carry the run id, as `runws/<id>`, or \
+start with $RUNWS_PREFIX), or a process group `pgid` (accepted only while its leader is alive and \
+every member descends from this run's runws; signalled only while every member provably belongs to \
+the run). A claim that breaks these rules is refused (exit 125)."
     )]
     Claim {
         #[arg(value_parser = ["path", "branch", "worktree", "pgid"])]
@@ -134,23 +136,29 @@ descends from this run's runws; signalled only while every member provably belon
     #[command(
         long_about = "Reclaim what nobody owns. A running run is taken over only when its lease has \
 expired and (on this host) its runws process is gone: its process groups are ended (only while \
-every member provably belongs to the run), its claimed worktrees, branches and paths (inside the \
-run) removed, its scratch (home, tmp, cache, run, bin) deleted, and its manifest marked \
-`abandoned`. Finished runs lose their scratch and claims too. The manifest, inputs/, outputs/, \
-work/ and logs/ are kept as evidence. Symlinks are never followed, mount points are never \
-entered (they are left and reported), and nothing is matched by name.",
+every member provably belongs to the run), its claimed worktrees and paths (inside the run) and \
+branches (named after the run, with no commit only they hold, unless --drop-unmerged) removed, its \
+scratch (home, tmp, cache, run, bin) deleted, and its manifest marked `abandoned`. Finished runs \
+lose their scratch and claims too. The manifest, inputs/, outputs/, work/ and logs/ are kept as \
+evidence. Symlinks are never followed, mount points are never entered (they are left and \
+reported), and nothing is matched by name. --dry-run lists every step it would take.",
         after_help = "Examples:\n  runws reap --dry-run\n  runws reap --keep 30d --json"
     )]
     Reap {
         /// Report what would be done; change nothing
         #[arg(long)]
         dry_run: bool,
-        /// Also remove whole finished or abandoned runs older than DUR
+        /// Also remove whole finished or abandoned runs older than DUR (each torn
+        /// down first, and kept when that fails)
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
         keep: Option<std::time::Duration>,
         /// Keep claimed branches (worktrees are still removed)
         #[arg(long)]
         keep_branch: bool,
+        /// Also delete a claimed branch whose commits are on no other ref
+        /// (by default it is kept: those commits would be lost)
+        #[arg(long)]
+        drop_unmerged: bool,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
         grace: std::time::Duration,

@@ -93,8 +93,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Verify { archive } => seal::verify(&archive),
         Command::Restore { archive, to } => seal::restore(&archive, &to),
-        Command::Reap { dry_run, keep, keep_branch, grace, json } => {
-            reap::reap(root, dry_run, keep, keep_branch, grace, json)
+        Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
+            reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
         }
         Command::Lane { command } => lane::dispatch(root, command),
     }

@@ -8,16 +8,18 @@ use crate::exit;
 use crate::reap::{self, Options};
 use crate::workspace;
 
+#[allow(clippy::too_many_arguments)]
 pub fn reap(
     root: Option<&Path>,
     dry_run: bool,
     keep: Option<Duration>,
     keep_branch: bool,
+    drop_unmerged: bool,
     grace: Duration,
     json: bool,
 ) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let opts = Options { dry_run, keep, keep_branch, grace, ..Options::default() };
+    let opts = Options { dry_run, keep, keep_branch, drop_unmerged, grace, ..Options::default() };
     let reports = reap::reap(&root, &opts)?;
     let failed = reports.iter().any(|r| r.action == "failed");
     let mut out = std::io::stdout().lock();
@@ -32,7 +34,7 @@ pub fn reap(
             }
             writeln!(out, "{:<12} {}  ({}): {}", r.action, r.run_id, r.status, r.reason)?;
             for s in &r.steps {
-                writeln!(out, "             - {s}")?;
+                writeln!(out, "             - {}", s.message)?;
             }
         }
     }

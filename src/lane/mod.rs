@@ -45,7 +45,6 @@ pub mod review;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::SystemTime;
 
 use sha2::Digest;
@@ -305,34 +304,9 @@ pub fn check_named(lane: &str, step: Step, role: &'static str, named: &str, name
     })
 }
 
-/// git with no system or global configuration, so what the user's own
-/// configuration says (hooks, signing, templates) never changes a lane.
-pub(crate) fn git_clean(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()))
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("LC_ALL", "C")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "commit.gpgsign=false"])
-        .stdin(std::process::Stdio::null());
-    if let Some(home) = std::env::var_os("HOME") {
-        c.env("HOME", home);
-    }
-    c
-}
-
-/// Runs a git command; its stdout on success, its stderr as the error.
-pub(crate) fn git_out(mut c: Command, what: &str) -> Result<String> {
-    let out = c.output().map_err(|e| Error::Other(format!("cannot run git to {what}: {e}")))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Other(format!("git failed to {what}: {}", err.trim().replace('\n', "; "))));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
-}
+/// git in a lane's repositories, as runws runs it everywhere: see
+/// [`crate::git`].
+pub(crate) use crate::git::{command as git_clean, output as git_out};
 
 pub(crate) fn now() -> String {
     format_time(SystemTime::now())

@@ -9,7 +9,10 @@
 //! the files there uncommitted: committing and pushing stay the user's
 //! decision. Entries named `.git` are never copied; every write goes
 //! through [`Dir`], so a symlink in the branch is replaced, never written
-//! through.
+//! through. git runs in the user's repository as [`crate::git`] runs it: a
+//! hook or filter a run planted there does not run (nor does the user's own
+//! global configuration apply: a Git LFS file is checked out as its
+//! pointer).
 //!
 //! A reset signals only the process groups the lane's runs recorded, and
 //! only while each is still the group that was recorded (leader pid and
@@ -39,11 +42,10 @@ pub struct PromoteRequest<'a> {
     pub worktree: Option<&'a Path>,
 }
 
-/// git as the user runs it, in their repository.
+/// git in the user's repository, which a run may have written: nothing
+/// there runs (see [`crate::git`]).
 fn git_user(repo: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.arg("-C").arg(repo).stdin(Stdio::null());
-    c
+    crate::git::command(repo)
 }
 
 pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Promotion> {
@@ -106,7 +108,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
     }
 
-    let mut c = git_user(&top);
+    let mut c = crate::git::converting(&top)?;
     c.args(["worktree", "add", "-q", "-b", &branch]).arg(&worktree).arg("HEAD");
     git_out(c, &format!("create branch `{branch}` in a new worktree"))?;
     let mut files = 0;

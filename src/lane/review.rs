@@ -5,9 +5,12 @@
 //! `ROOT/restores/` and rescans what it restored, as `runws restore` does.
 //! It accepts only the lane's current kit, so a review is always of what
 //! would be approved. Before running git in the restored repository it
-//! replaces `.git/config` with a fixed minimal one, so nothing in the kit
-//! chooses what git executes (filters, fsmonitor, external diffs); the diff
-//! stat goes through a scratch index, so the restored repository is as the
+//! replaces `.git/config` with a fixed minimal one, and git runs as
+//! [`crate::git`] runs it, turning off every filter of the configuration
+//! git really reads (a kit's `.git/commondir` can point elsewhere), so
+//! nothing in the kit chooses what git executes (filters, fsmonitor, hooks,
+//! external diffs); the diff stat goes through a scratch index, so the
+//! restored repository is as the
 //! kit holds it when `replay/eval.sh` runs, from `work/`, inside a clean
 //! `runws run` (the real binary: an environment built from empty, its own
 //! run id). The result is recorded on the lane's card.
@@ -140,7 +143,9 @@ fn current_kit(lane: &str, card: &Card, sha: &str) -> Result<()> {
 /// `git diff --stat` of everything in `work` (ignored files too) against
 /// `base`, through a scratch index so the restored repository is unchanged.
 fn diff_stat(work: &Path, base: &str, index: &Path) -> Result<String> {
-    let mut c = git_clean(work);
+    // Adding runs the filters the repository names, wherever its `.git`
+    // takes its configuration from: `converting` turns each one off.
+    let mut c = crate::git::converting(work)?;
     c.env("GIT_INDEX_FILE", index).args(["add", "-A", "-f", "--", "."]);
     git_out(c, "stage the restored work/ in a scratch index")?;
     let mut c = git_clean(work);

@@ -252,6 +252,7 @@ pub mod client {
             repo: repo.map(|r| r.display().to_string()),
             start_time: None,
             claimed_at: crate::manifest::format_time(std::time::SystemTime::now()),
+            made_by_runws: false,
         })
     }
 }

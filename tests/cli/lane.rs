@@ -13,7 +13,7 @@ fn github_token() -> String {
     format!("{}{}", "ghp_", "L4n3T0k3nV4lu3Xy".repeat(3).chars().take(36).collect::<String>())
 }
 
-fn claim(env: &Env) -> String {
+pub(crate) fn claim(env: &Env) -> String {
     let out = env.run(&[
         "lane",
         "claim",
@@ -51,18 +51,18 @@ fn write_exec(path: &Path, text: &str) {
 }
 
 /// An eval that passes only when the work is there, and a real prompt.
-fn edit_replay(env: &Env, lane: &str) {
+pub(crate) fn edit_replay(env: &Env, lane: &str) {
     let replay = lane_dir(env, lane).join("replay");
     write_exec(&replay.join("eval.sh"), "#!/bin/sh\ntest \"$(cat hello)\" = hi\n");
     std::fs::write(replay.join("prompt.md"), "Write `hi` into work/hello and commit it.\n").unwrap();
 }
 
 /// `lane run LANE -- sh -c SCRIPT`
-fn work(env: &Env, lane: &str, script: &str) -> Out {
+pub(crate) fn work(env: &Env, lane: &str, script: &str) -> Out {
     env.run(&["lane", "run", lane, "--", "sh", "-c", script])
 }
 
-fn seal(env: &Env, lane: &str) -> Out {
+pub(crate) fn seal(env: &Env, lane: &str) -> Out {
     env.run(&["lane", "seal", lane])
 }
 
@@ -70,7 +70,7 @@ fn kit_path(env: &Env, stem: &str) -> PathBuf {
     env.root.join("archive/lanes").join(format!("{stem}.tar.zst"))
 }
 
-fn review(env: &Env, kit: &Path) -> Out {
+pub(crate) fn review(env: &Env, kit: &Path) -> Out {
     env.run(&["lane", "review", kit.to_str().unwrap()])
 }
 

@@ -444,6 +444,7 @@ fn prepare(
                 repo: repo.clone(),
                 start_time: None,
                 claimed_at: now.clone(),
+                made_by_runws: true,
             });
         }
         m.extra.insert(
@@ -501,6 +502,7 @@ fn prepare(
                         opts.rw.push(p);
                     }
                 }
+                opts.ro.extend(git_controls(common, &opts)?);
             }
             let setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
             if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
@@ -533,4 +535,41 @@ fn restore_foreground() {
     unsafe {
         nix::libc::tcsetpgrp(0, nix::libc::getpgrp());
     }
+}
+
+/// What in a repository's shared `.git` chooses programs git runs: its
+/// `config`, `hooks/` and `info/` (attributes). A sandboxed worktree run
+/// writes the rest of `.git` to commit; these stay read-only, so it plants
+/// nothing a later git (the user's, or runws's) would run. A missing
+/// `hooks/` or `info/` is created empty first, so it cannot be created
+/// from inside. A path the user named with `--rw`, `--ro` or `--hide` is
+/// left to that flag.
+fn git_controls(common: &Path, opts: &sandbox::Options) -> Result<Vec<std::path::PathBuf>, Error> {
+    let named: Vec<std::path::PathBuf> = opts
+        .rw
+        .iter()
+        .chain(&opts.ro)
+        .chain(&opts.hide)
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    let mut out = Vec::new();
+    for (name, dir) in [("config", false), ("hooks", true), ("info", true)] {
+        let p = common.join(name);
+        if dir && std::fs::symlink_metadata(&p).is_err() {
+            std::fs::create_dir(&p).ctx("cannot create", &p)?;
+        }
+        // A symlink could be replaced from inside, the mount staying on its target.
+        if std::fs::symlink_metadata(&p).ctx("cannot read", &p)?.file_type().is_symlink() {
+            return Err(Error::Usage(format!(
+                "`{}` is a symlink: a sandboxed worktree run could replace it; make it a plain {}",
+                p.display(),
+                if dir { "directory" } else { "file" }
+            )));
+        }
+        let real = std::fs::canonicalize(&p).ctx("cannot resolve", &p)?;
+        if !named.contains(&real) {
+            out.push(real);
+        }
+    }
+    Ok(out)
 }
