@@ -541,3 +541,43 @@ fn inherited_descriptors_do_not_reach_a_sandboxed_command() {
     );
     plain.ok().stdout_has("secret");
 }
+
+/// A command in the foreground of a terminal that turns echo off and ends
+/// (or is killed) leaves the terminal as runws found it.
+#[test]
+fn the_terminal_modes_are_restored_when_the_command_ends() {
+    if !have_python() {
+        return;
+    }
+    let env = Env::new();
+    std::fs::create_dir_all(&env.root).unwrap();
+    // A pseudo-terminal whose slave is runws's controlling terminal and
+    // stdin; the modes are read back from it once runws has exited.
+    let driver = r#"
+import os, sys, subprocess, termios, fcntl
+master, slave = os.openpty()
+def ctty():
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+for extra in ([], ["--sandbox"]):
+    p = subprocess.Popen([sys.argv[1], "run"] + extra + ["--", "sh", "-c", "stty -echo -icanon"],
+                         stdin=slave, stdout=slave, stderr=slave, preexec_fn=ctty)
+    p.wait()
+    lflag = termios.tcgetattr(slave)[3]
+    print("ECHO" if lflag & termios.ECHO else "NOECHO", "ICANON" if lflag & termios.ICANON else "RAW", p.returncode)
+"#;
+    let out = Out::from(
+        Command::new("/usr/bin/python3")
+            .args(["-c", driver, BIN])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &env.home)
+            .env("RUNWS_ROOT", &env.root)
+            .current_dir(env.tmp.path())
+            .output()
+            .unwrap(),
+    );
+    out.ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines, vec!["ECHO ICANON 0", "ECHO ICANON 0"], "{}\n{}", out.stdout, out.stderr);
+}

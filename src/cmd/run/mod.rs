@@ -202,6 +202,10 @@ fn run_in(
     };
     let program = spec.program.clone();
     let took_terminal = spec.foreground;
+    // The terminal's modes as runws found them: the command may change
+    // them (raw mode, echo off) and end without putting them back.
+    let terminal_modes =
+        if took_terminal { nix::sys::termios::tcgetattr(std::io::stdin()).ok() } else { None };
 
     // Fork, record the child, then let it exec.
     let bracket = procinfo::Bracket::open();
@@ -312,7 +316,7 @@ fn run_in(
         },
     );
     if took_terminal {
-        restore_foreground();
+        restore_foreground(terminal_modes.as_ref());
     }
     if let Some(tees) = tees {
         tees.join(Duration::from_secs(2));
@@ -530,10 +534,13 @@ fn foreground() -> bool {
 
 /// Takes the terminal back after the command's group held it. SIGTTOU is
 /// blocked in runws, so this cannot stop runws.
-fn restore_foreground() {
+fn restore_foreground(modes: Option<&nix::sys::termios::Termios>) {
     // SAFETY: tcsetpgrp on stdin with our own process group.
     unsafe {
         nix::libc::tcsetpgrp(0, nix::libc::getpgrp());
+    }
+    if let Some(modes) = modes {
+        let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSADRAIN, modes);
     }
 }
 
