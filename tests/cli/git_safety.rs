@@ -302,9 +302,11 @@ fn a_promotion_runs_nothing_planted_in_the_target_repository() {
     assert_eq!(std::fs::read_to_string(wt.join("hello")).unwrap(), "hi\n");
 }
 
-/// With `--sandbox --worktree` the run commits, but REPO's config, hooks
-/// and info/ (attributes, excludes) stay read-only; a repository without
-/// `hooks/` or `info/` gets empty ones first, so none can be planted.
+/// With `--sandbox --worktree` the run commits, but every place in REPO's
+/// `.git` from which git takes a program stays read-only: config, hooks and
+/// info/ (attributes, excludes), `config.worktree`, a submodule's config
+/// and hooks under `modules/`, another worktree's directory; a repository
+/// without `hooks/` or `info/` cannot have them created from inside.
 #[test]
 fn a_sandboxed_worktree_run_cannot_change_the_repositorys_config_hooks_or_attributes() {
     for who in everyone() {
@@ -317,14 +319,27 @@ fn a_sandboxed_worktree_run_cannot_change_the_repositorys_config_hooks_or_attrib
         std::fs::remove_dir_all(repo.join(".git/info")).unwrap();
         // What runws itself sets before the run.
         git(&repo, &["config", "gc.auto", "0"]);
+        // Where git also finds configuration and hooks: a submodule's
+        // repository, the main worktree's own config, another worktree.
+        for d in [".git/modules/sub/hooks", ".git/worktrees/other"] {
+            std::fs::create_dir_all(repo.join(d)).unwrap();
+        }
+        for f in [".git/modules/sub/config", ".git/config.worktree", ".git/worktrees/other/config.worktree"] {
+            std::fs::write(repo.join(f), "").unwrap();
+        }
+        if who == Who::Nobody {
+            chown_tree(&repo.join(".git"));
+        }
         let config = std::fs::read(repo.join(".git/config")).unwrap();
         let script = r#"G=$(git rev-parse --path-format=absolute --git-common-dir)
-            for f in "$G/hooks/post-checkout" "$G/config" "$G/info/attributes" "$G/info/exclude"; do
+            for f in "$G/hooks/post-checkout" "$G/config" "$G/info/attributes" "$G/info/exclude" \
+                     "$G/config.worktree" "$G/modules/sub/config" "$G/modules/sub/hooks/post-checkout" \
+                     "$G/worktrees/other/config.worktree" "$G/packed-refs"; do
                 if (echo x >> "$f") 2>/dev/null; then echo "WROTE $f"; fi
             done
-            for d in hooks info; do
-                rm -rf "$G/$d" 2>/dev/null; mv "$G/$d" "$G/$d.old" 2>/dev/null
-                test -d "$G/$d" || echo "MOVED $d"
+            for d in hooks info modules; do
+                mkdir -p "$G/$d" 2>/dev/null && touch "$G/$d/x" 2>/dev/null && echo "PLANTED $d"
+                mv "$G/$d" "$G/$d.old" 2>/dev/null && echo "MOVED $d"
             done
             git config core.hooksPath /tmp 2>/dev/null && echo WROTE-config
             echo hi > f && git add f && git -c user.name=r -c user.email=r@example.invalid commit -q -m inside && echo COMMITTED"#;
@@ -334,9 +349,12 @@ fn a_sandboxed_worktree_run_cannot_change_the_repositorys_config_hooks_or_attrib
             &["run", "--run-id", "sb", "--sandbox", "--worktree", "repo", "--", "sh", "-c", script],
         );
         out.ok().stdout_has("COMMITTED");
-        assert!(!out.stdout.contains("WROTE") && !out.stdout.contains("MOVED"), "{who:?}:\n{}", out.stdout);
+        for bad in ["WROTE", "PLANTED", "MOVED"] {
+            assert!(!out.stdout.contains(bad), "{who:?}:\n{}", out.stdout);
+        }
         assert!(git(&repo, &["log", "--oneline", "runws/sb"]).contains("inside"));
         assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config, "{who:?}: config changed");
         assert!(tree(&repo.join(".git/hooks")).is_empty() && tree(&repo.join(".git/info")).is_empty());
+        assert_eq!(tree(&repo.join(".git/modules")), vec!["sub", "sub/config", "sub/hooks"]);
     }
 }

@@ -501,12 +501,9 @@ fn prepare(
             if let Some(common) = &worktree_common_dir
                 && opts.kind == sandbox::Kind::Sandbox
             {
-                for p in [common.clone(), run.path().join("repo")] {
-                    if !opts.rw.contains(&p) {
-                        opts.rw.push(p);
-                    }
-                }
-                opts.ro.extend(git_controls(common, &opts)?);
+                let (rw, ro) = git_writable(common, &run.path().join("repo"), &opts)?;
+                opts.rw.extend(rw);
+                opts.ro.extend(ro);
             }
             let setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
             if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
@@ -544,14 +541,23 @@ fn restore_foreground(modes: Option<&nix::sys::termios::Termios>) {
     }
 }
 
-/// What in a repository's shared `.git` chooses programs git runs: its
-/// `config`, `hooks/` and `info/` (attributes). A sandboxed worktree run
-/// writes the rest of `.git` to commit; these stay read-only, so it plants
-/// nothing a later git (the user's, or runws's) would run. A missing
-/// `hooks/` or `info/` is created empty first, so it cannot be created
-/// from inside. A path the user named with `--rw`, `--ro` or `--hide` is
-/// left to that flag.
-fn git_controls(common: &Path, opts: &sandbox::Options) -> Result<Vec<std::path::PathBuf>, Error> {
+/// What of REPO a sandboxed worktree run may write: what a commit on its
+/// own branch writes (the shared `objects/`, `refs/` and `logs/`, and the
+/// worktree's own directory under `worktrees/`) and the worktree itself;
+/// every other part of the shared `.git` stays read-only (and visible, even
+/// under a hidden home). Git reads programs to run from many files there
+/// (`config`, `config.worktree`, `hooks/`, `info/attributes`, the same under
+/// `modules/` for each submodule and under `worktrees/` for every other
+/// worktree): a run could otherwise plant one for the user's next git, or
+/// runws's. Returns the paths for `--rw` and `--ro`; one the user named
+/// with `--rw`, `--ro` or `--hide` is left to that flag. A symlink among
+/// them is refused: it could be replaced from inside, the mount staying on
+/// its target.
+fn git_writable(
+    common: &Path,
+    worktree: &Path,
+    opts: &sandbox::Options,
+) -> Result<(Vec<std::path::PathBuf>, Vec<std::path::PathBuf>), Error> {
     let named: Vec<std::path::PathBuf> = opts
         .rw
         .iter()
@@ -559,24 +565,37 @@ fn git_controls(common: &Path, opts: &sandbox::Options) -> Result<Vec<std::path:
         .chain(&opts.hide)
         .filter_map(|p| std::fs::canonicalize(p).ok())
         .collect();
-    let mut out = Vec::new();
-    for (name, dir) in [("config", false), ("hooks", true), ("info", true)] {
-        let p = common.join(name);
-        if dir && std::fs::symlink_metadata(&p).is_err() {
-            std::fs::create_dir(&p).ctx("cannot create", &p)?;
+    let plain_dir = |p: &Path| -> Result<std::path::PathBuf, Error> {
+        if std::fs::symlink_metadata(p).is_err() {
+            std::fs::create_dir(p).ctx("cannot create", p)?;
         }
-        // A symlink could be replaced from inside, the mount staying on its target.
-        if std::fs::symlink_metadata(&p).ctx("cannot read", &p)?.file_type().is_symlink() {
+        if !std::fs::symlink_metadata(p).ctx("cannot read", p)?.is_dir() {
             return Err(Error::Usage(format!(
-                "`{}` is a symlink: a sandboxed worktree run could replace it; make it a plain {}",
-                p.display(),
-                if dir { "directory" } else { "file" }
+                "`{}` is not a plain directory (a symlink could be replaced from inside a sandboxed worktree run)",
+                p.display()
             )));
         }
-        let real = std::fs::canonicalize(&p).ctx("cannot resolve", &p)?;
-        if !named.contains(&real) {
-            out.push(real);
-        }
+        std::fs::canonicalize(p).ctx("cannot resolve", p)
+    };
+    // The worktree's own directory, as its `.git` file names it (runws just
+    // made it with `git worktree add`): it must lie in `common/worktrees/`.
+    let link = std::fs::read_to_string(worktree.join(".git")).ctx("cannot read", worktree.join(".git"))?;
+    let admin = link
+        .strip_prefix("gitdir: ")
+        .map(|p| std::path::PathBuf::from(p.trim_end()))
+        .filter(|p| p.parent() == Some(common.join("worktrees").as_path()))
+        .ok_or_else(|| {
+            Error::Other(format!(
+                "`{}` does not name a directory under `{}/worktrees`",
+                worktree.display(),
+                common.display()
+            ))
+        })?;
+    let mut rw = vec![worktree.to_path_buf()];
+    for p in [common.join("objects"), common.join("refs"), common.join("logs"), admin] {
+        rw.push(plain_dir(&p)?);
     }
-    Ok(out)
+    let ro = vec![plain_dir(common)?];
+    let keep = |v: Vec<std::path::PathBuf>| v.into_iter().filter(|p| !named.contains(p)).collect();
+    Ok((keep(rw), keep(ro)))
 }
