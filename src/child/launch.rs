@@ -53,7 +53,7 @@ pub(super) struct Launch {
 /// # Safety
 /// As for the call made: the arguments must be what the kernel expects.
 #[cfg(target_arch = "x86_64")]
-unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     let ret: isize;
     // SAFETY: the caller's contract; `syscall` clobbers rcx and r11 only.
     unsafe {
@@ -73,7 +73,7 @@ unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
 /// # Safety
 /// As for the call made: the arguments must be what the kernel expects.
 #[cfg(target_arch = "aarch64")]
-unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     let ret: isize;
     // SAFETY: the caller's contract; `svc 0` returns in x0 and clobbers nothing else.
     unsafe {
@@ -94,7 +94,7 @@ unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
 /// # Safety
 /// As for the call made.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     // SAFETY: the caller's contract.
     unsafe {
         let r = libc::syscall(n, a, b, c, d);

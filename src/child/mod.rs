@@ -35,6 +35,7 @@ use in_process::{
     PidNamespaceForChildren, close_on_exec_now, hide_command_line_and_environment, single_threaded,
 };
 use launch::Launch;
+pub(crate) use launch::sys;
 
 use crate::error::{Error, IoContext, Result};
 use crate::exit;

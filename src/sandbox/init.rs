@@ -153,6 +153,11 @@ pub fn run(start: Start) -> u8 {
     if let Some(ns) = userns(&start.plan) {
         let _ = nix::fcntl::fcntl(ns, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
+    if let Some(fd) = start.plan.net_fd {
+        // SAFETY: as for `enter_network`.
+        let net = unsafe { BorrowedFd::borrow_raw(fd) };
+        let _ = nix::fcntl::fcntl(net, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    }
     let status = Status { file: std::fs::File::from(start.status), try_mode: start.plan.try_mode };
     let listen_fds = start
         .env
@@ -261,8 +266,7 @@ fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result
     let entered = Entered {
         mount: step!(status, ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
         pid: true,
-        net: plan.net == Net::None
-            && step!(status, ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+        net: plan.net == Net::None && step!(status, enter_network(plan)),
     };
     if plan.kind == Kind::Sandbox {
         step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
@@ -383,6 +387,20 @@ fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, par
     let raw = command_status.unwrap_or(0);
     let _ = nix::unistd::write(&report, &raw.to_ne_bytes());
     if libc::WIFSIGNALED(raw) { exit::from_signal(libc::WTERMSIG(raw)) } else { libc::WEXITSTATUS(raw) as u8 }
+}
+
+/// A new network namespace: the one runws made already (see
+/// [`Plan::net_fd`]), else a fresh one.
+fn enter_network(plan: &Plan) -> Result<(), Refused> {
+    match plan.net_fd {
+        Some(fd) => {
+            // SAFETY: runws handed this descriptor to the init, which keeps it open (close-on-exec) until the command is executed.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| Refused::new("network namespace", format!("setns: {e}")))
+        }
+        None => ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace"),
+    }
 }
 
 /// The user namespace a root command enters (see [`Plan::unprivileged`]).

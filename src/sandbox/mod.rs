@@ -159,6 +159,10 @@ pub struct Plan {
     /// the command becomes, an unprivileged id on the host.
     #[serde(default)]
     pub unprivileged: Option<Unprivileged>,
+    /// As root with `--net none`: a network namespace runws made already
+    /// (an inherited descriptor), entered instead of making one.
+    #[serde(default)]
+    pub net_fd: Option<i32>,
 }
 
 /// See [`Plan::unprivileged`].

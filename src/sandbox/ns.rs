@@ -267,3 +267,105 @@ pub fn close_inherited(first: u32) -> Result<(), Refused> {
     }
     Ok(())
 }
+
+/// A network namespace being made by a helper on another core (see
+/// [`NetworkNamespace::start`]).
+pub struct NetworkNamespace {
+    pid: libc::pid_t,
+    ready: std::os::fd::OwnedFd,
+}
+
+impl NetworkNamespace {
+    /// Starts making a network namespace with only loopback, off runws's
+    /// path: the kernel takes about half a millisecond to set one up, and
+    /// runws has the layout to compute and its child to start meanwhile.
+    /// A child sharing runws's memory (`CLONE_VM`, on a small stack of its
+    /// own, never unmapped) enters a new network namespace with direct
+    /// system calls (no libc, so no `errno` of runws's is touched), says so
+    /// on a pipe, and waits for the SIGKILL that [`NetworkNamespace::finish`]
+    /// sends once it has opened the namespace. Called at most once per
+    /// runws process.
+    pub fn start() -> Result<NetworkNamespace, Refused> {
+        use std::os::fd::AsRawFd;
+        const P: &str = "network namespace";
+        const STACK: usize = 64 * 1024;
+        let (ready, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| Refused::new(P, format!("pipe: {e}")))?;
+        extern "C" fn make(arg: *mut libc::c_void) -> libc::c_int {
+            let fd = arg as usize;
+            // SAFETY: direct system calls on this child's own stack; the byte written lives there too.
+            unsafe {
+                let ok: u8 =
+                    if crate::child::sys(libc::SYS_unshare, libc::CLONE_NEWNET as usize, 0, 0, 0) == 0 {
+                        1
+                    } else {
+                        0
+                    };
+                crate::child::sys(libc::SYS_write, fd, &ok as *const u8 as usize, 1, 0);
+                crate::child::sys(libc::SYS_close, fd, 0, 0, 0);
+                loop {
+                    crate::child::sys(libc::SYS_pause, 0, 0, 0, 0);
+                }
+            }
+        }
+        // SAFETY: a fresh private mapping for the child's stack; never unmapped, as the child may run until its SIGKILL lands.
+        let stack = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if stack == libc::MAP_FAILED {
+            return Err(Refused::io(P, "mmap", io::Error::last_os_error()));
+        }
+        // SAFETY: the top of the mapping; the child runs only `make`, on that stack, with its own descriptor table (no CLONE_FILES), directory and signal handlers; every signal is blocked in it by the mask set below around the clone.
+        let pid = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let top = (stack as *mut u8).add(STACK) as *mut libc::c_void;
+            let pid = libc::clone(
+                make,
+                top,
+                libc::CLONE_VM | libc::SIGCHLD,
+                ready_w.as_raw_fd() as usize as *mut _,
+            );
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            pid
+        };
+        if pid < 0 {
+            return Err(Refused::io(P, "clone", io::Error::last_os_error()));
+        }
+        Ok(NetworkNamespace { pid, ready })
+    }
+
+    /// Waits until the namespace exists, opens it and ends the helper (left
+    /// for the watch loop to reap).
+    pub fn finish(self) -> Result<std::os::fd::OwnedFd, Refused> {
+        const P: &str = "network namespace";
+        let mut ok = [0u8; 1];
+        let read = loop {
+            match nix::unistd::read(&self.ready, &mut ok) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other,
+            }
+        };
+        let opened = match read {
+            Ok(1) if ok[0] == 1 => {
+                let path = format!("/proc/{}/ns/net", self.pid);
+                std::fs::File::open(&path)
+                    .map(std::os::fd::OwnedFd::from)
+                    .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
+            }
+            _ => Err(Refused::new(P, "unshare: refused")),
+        };
+        // SAFETY: kill of our own child, by pid, before anything could reap it.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        opened
+    }
+}

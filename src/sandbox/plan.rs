@@ -370,6 +370,13 @@ pub fn prepare(
 ) -> Result<Setup> {
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
+    // As root, the network namespace is made on another core while the
+    // layout is computed and the child started (see `NetworkNamespace`);
+    // the init, still root of the host, enters it. Otherwise the init makes
+    // it inside its user namespace, which must own it.
+    let pending_net = (uid == 0 && opts.kind == Kind::Sandbox && opts.net == Net::None)
+        .then(super::ns::NetworkNamespace::start)
+        .and_then(|r| r.ok());
     let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
     let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
     let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
@@ -402,6 +409,11 @@ pub fn prepare(
     if opts.kind == Kind::Audit {
         audit_environment(spec, m, run.path());
     }
+    // A namespace the helper could not make is made by the init as usual.
+    let net = match pending_net.map(super::ns::NetworkNamespace::finish) {
+        Some(Ok(fd)) => Some(child::high_fd(fd)?),
+        _ => None,
+    };
     let plan = Plan {
         kind: opts.kind,
         try_mode: opts.try_mode,
@@ -416,6 +428,7 @@ pub fn prepare(
         mounts: mounts.clone(),
         allow_userns: opts.allow_userns,
         unprivileged: userns.as_ref().map(|fd| super::Unprivileged { userns_fd: fd.as_raw_fd() }),
+        net_fd: net.as_ref().map(|fd| fd.as_raw_fd()),
     };
     let (status_r, status_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
@@ -463,6 +476,7 @@ pub fn prepare(
     spec.keep.push(status_w);
     spec.keep.push(plan_fd);
     spec.keep.extend(userns);
+    spec.keep.extend(net);
     let report = if spec.in_process.is_some() {
         spec.in_process_keep.push(report_w);
         spec.pid_namespace = true;
