@@ -140,7 +140,9 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     };
     // Executed by runws, this process was given the command's environment.
     let env = std::env::vars_os().collect();
-    run(Start { status: status.file.into(), plan, command, env, report: None })
+    // SAFETY: runws handed this descriptor to us for our exclusive use.
+    let report = plan.report_fd.filter(|fd| *fd > 2).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    run(Start { status: status.file.into(), plan, command, env, report })
 }
 
 /// The init proper, entered after an exec of `runws __sandbox-init`, or
@@ -171,11 +173,7 @@ pub fn run(start: Start) -> u8 {
     // the report pipe. Otherwise it is the outer init, which makes PID 1.
     let result = match start.report {
         Some(report) if nix::unistd::getpid().as_raw() == 1 => as_pid1(&start.plan, status, report, job),
-        unused => {
-            // Not inherited by PID 1 and the command.
-            drop(unused);
-            outer(&start.plan, status, job)
-        }
+        notify => outer(&start.plan, status, job, notify),
     };
     match result {
         Ok(code) => code,
@@ -212,7 +210,16 @@ struct Entered {
     net: bool,
 }
 
-fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refused)> {
+/// The outer init; `notify` is runws's report pipe, handed to PID 1.
+fn outer(
+    plan: &Plan,
+    mut status: Status,
+    job: Job,
+    notify: Option<OwnedFd>,
+) -> Result<u8, (Status, Refused)> {
+    if let Some(n) = &notify {
+        let _ = nix::fcntl::fcntl(n, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    }
     if plan.kind == Kind::Sandbox {
         step!(status, ns::no_new_privs());
     }
@@ -246,10 +253,12 @@ fn outer(plan: &Plan, mut status: Status, job: Job) -> Result<u8, (Status, Refus
         Err(e) => Err((status, Refused::new("PID namespace", format!("fork: {e}")))),
         Ok(ForkResult::Child) => {
             drop(report_r);
-            Ok(pid1(plan, status, report_w, &entered, me, job))
+            Ok(pid1(plan, status, report_w, notify, &entered, me, job))
         }
         Ok(ForkResult::Parent { child }) => {
-            drop((report_w, status));
+            // Only PID 1 writes runws's report: its end of file, should
+            // PID 1 die first, is then PID 1's.
+            drop((report_w, status, notify));
             close_listen_fds(job.listen_fds);
             Ok(relay(child.as_raw(), report_r))
         }
@@ -273,7 +282,7 @@ fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result
         step!(status, ns::unshare(CloneFlags::CLONE_NEWUTS, "UTS namespace"));
     }
     // pid1 sets the parent-death signal (runws, outside: pid 0 from here).
-    Ok(pid1(plan, status, report, &entered, 0, job))
+    Ok(pid1(plan, status, report, None, &entered, 0, job))
 }
 
 fn wait_raw(pid: i32) -> Option<(i32, i32)> {
@@ -322,7 +331,17 @@ fn die_by(sig: i32) -> u8 {
 }
 
 /// PID 1 of the new namespace.
-fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, parent: i32, job: Job) -> u8 {
+/// `report` takes the command's wait status to PID 1's parent; `notify`,
+/// when the parent is the outer init, takes it to runws as well.
+fn pid1(
+    plan: &Plan,
+    mut status: Status,
+    report: OwnedFd,
+    notify: Option<OwnedFd>,
+    entered: &Entered,
+    parent: i32,
+    job: Job,
+) -> u8 {
     let setup = (|| -> Result<Option<audit::Staged>, Refused> {
         // Seen from a new PID namespace, the parent (outside it) is pid 0.
         let parent = if entered.pid { 0 } else { parent };
@@ -386,6 +405,9 @@ fn pid1(plan: &Plan, mut status: Status, report: OwnedFd, entered: &Entered, par
     }
     let raw = command_status.unwrap_or(0);
     let _ = nix::unistd::write(&report, &raw.to_ne_bytes());
+    if let Some(n) = &notify {
+        let _ = nix::unistd::write(n, &raw.to_ne_bytes());
+    }
     if libc::WIFSIGNALED(raw) { exit::from_signal(libc::WTERMSIG(raw)) } else { libc::WEXITSTATUS(raw) as u8 }
 }
 

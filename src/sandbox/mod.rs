@@ -163,6 +163,10 @@ pub struct Plan {
     /// (an inherited descriptor), entered instead of making one.
     #[serde(default)]
     pub net_fd: Option<i32>,
+    /// Where PID 1 reports the command's wait status to runws (an inherited
+    /// descriptor); see [`crate::child::Watch::ended`].
+    #[serde(default)]
+    pub report_fd: Option<i32>,
 }
 
 /// See [`Plan::unprivileged`].

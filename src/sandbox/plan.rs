@@ -414,6 +414,14 @@ pub fn prepare(
         Some(Ok(fd)) => Some(child::high_fd(fd)?),
         _ => None,
     };
+    // PID 1 of the sandbox reports the command's wait status on this pipe
+    // once everything the run started has ended: runws, its parent or its
+    // grandparent, takes the run's end from it without waiting for the
+    // namespaces to be torn down.
+    let (report_r, report_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox report")?;
+    let report_w = child::high_fd(report_w)?;
+    let report_raw = report_w.as_raw_fd();
     let plan = Plan {
         kind: opts.kind,
         try_mode: opts.try_mode,
@@ -429,6 +437,7 @@ pub fn prepare(
         allow_userns: opts.allow_userns,
         unprivileged: userns.as_ref().map(|fd| super::Unprivileged { userns_fd: fd.as_raw_fd() }),
         net_fd: net.as_ref().map(|fd| fd.as_raw_fd()),
+        report_fd: Some(report_raw),
     };
     let (status_r, status_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
@@ -449,12 +458,6 @@ pub fn prepare(
     }
     let (status_raw, plan_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd());
     let (command, init_plan) = (spec.argv.clone(), plan.clone());
-    // Forked as PID 1 of its own namespace, the init reports the command's
-    // wait status to runws, its parent, on this pipe.
-    let (report_r, report_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox report")?;
-    let report_w = child::high_fd(report_w)?;
-    let report_raw = report_w.as_raw_fd();
     spec.in_process = (uid == 0 && opts.kind == Kind::Sandbox).then(|| -> Box<dyn FnOnce() -> u8> {
         Box::new(move || {
             // SAFETY: in the forked child, these descriptors are ours alone: the plan's copy is not needed, the status and report pipes are handed to the init.
@@ -477,13 +480,11 @@ pub fn prepare(
     spec.keep.push(plan_fd);
     spec.keep.extend(userns);
     spec.keep.extend(net);
-    let report = if spec.in_process.is_some() {
-        spec.in_process_keep.push(report_w);
+    spec.keep.push(report_w);
+    if spec.in_process.is_some() {
         spec.pid_namespace = true;
-        Some(report_r)
-    } else {
-        None
-    };
+    }
+    let report = Some(report_r);
 
     let record = Record {
         kind: opts.kind,
