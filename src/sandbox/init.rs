@@ -342,6 +342,33 @@ fn pid1(
     parent: i32,
     job: Job,
 ) -> u8 {
+    // A sandbox's command is forked before the mounts are built: it
+    // installs its system-call filter (a few hundred microseconds of the
+    // kernel compiling it) on one core while this process builds the file
+    // system on the other, then waits for the word to go on. An audit's
+    // command needs the staged root, so it is forked afterwards.
+    let mut early: Option<(i32, OwnedFd)> = None;
+    if plan.kind == Kind::Sandbox && entered.mount {
+        let (go_r, go_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+            Ok(p) => p,
+            Err(e) => {
+                status.send(&Report::Failed(format!("cannot create a pipe: {e}")));
+                return exit::FAILURE;
+            }
+        };
+        // SAFETY: single-threaded process; see `outer`.
+        match unsafe { nix::unistd::fork() } {
+            Ok(ForkResult::Child) => {
+                drop(go_w);
+                exec_command(plan, status, None, job, Some(go_r))
+            }
+            Ok(ForkResult::Parent { child }) => early = Some((child.as_raw(), go_w)),
+            Err(e) => {
+                status.send(&Report::Failed(format!("cannot fork the command: {e}")));
+                return exit::FAILURE;
+            }
+        }
+    }
     let setup = (|| -> Result<Option<audit::Staged>, Refused> {
         // Seen from a new PID namespace, the parent (outside it) is pid 0.
         let parent = if entered.pid { 0 } else { parent };
@@ -368,18 +395,25 @@ fn pid1(
     let staged = match setup {
         Ok(s) => s,
         Err(r) => {
+            // (An early command sees its pipe close and ends unseen.)
             status.send(&Report::Failed(r.to_string()));
             return exit::FAILURE;
         }
     };
-    // SAFETY: single-threaded process; see `outer`.
-    let child = match unsafe { nix::unistd::fork() } {
-        Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), job),
-        Ok(ForkResult::Parent { child }) => child.as_raw(),
-        Err(e) => {
-            status.send(&Report::Failed(format!("cannot fork the command: {e}")));
-            return exit::FAILURE;
+    let child = match early {
+        Some((child, go)) => {
+            let _ = nix::unistd::write(&go, &[1]);
+            child
         }
+        // SAFETY: single-threaded process; see `outer`.
+        None => match unsafe { nix::unistd::fork() } {
+            Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), job, None),
+            Ok(ForkResult::Parent { child }) => child.as_raw(),
+            Err(e) => {
+                status.send(&Report::Failed(format!("cannot fork the command: {e}")));
+                return exit::FAILURE;
+            }
+        },
     };
     drop(status);
     close_listen_fds(listen_fds);
@@ -435,8 +469,11 @@ fn cstr(bytes: &[u8]) -> Option<CString> {
     CString::new(bytes).ok()
 }
 
-/// The command's process (PID 2). Never returns.
-fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job) -> ! {
+/// The command's process (PID 2). Never returns. With `go`, it was forked
+/// before the file system was built: it installs its filter, then waits
+/// for PID 1's word on `go` (end of file: the setup failed, and PID 1 has
+/// said why) before it goes on.
+fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job, go: Option<OwnedFd>) -> ! {
     let fail = |status: &mut Status, r: Report| -> ! {
         let code = if matches!(r, Report::ExecFailed(_)) { exit::NOT_FOUND } else { exit::FAILURE };
         status.send(&r);
@@ -449,6 +486,29 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    // The filter refuses nothing the steps below make (setns, setgroups,
+    // setresuid, capset, prctl, chdir, close_range), so it may come first.
+    let mut filtered = false;
+    if let Some(go) = go {
+        if plan.kind == Kind::Sandbox
+            && let Err(r) = super::seccomp::install(plan.allow_userns)
+            && let Err(r) = status.note(r)
+        {
+            fail(&mut status, Report::Failed(r.to_string()));
+        }
+        filtered = true;
+        let mut word = [0u8; 1];
+        let went = loop {
+            match nix::unistd::read(&go, &mut word) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                other => break other,
+            }
+        };
+        if went != Ok(1) {
+            // SAFETY: _exit, as in `fail`; PID 1 has reported the failure.
+            unsafe { libc::_exit(exit::FAILURE as i32) }
+        }
     }
     if let Some(root) = chroot
         && let Err(e) = nix::unistd::chroot(root)
@@ -482,8 +542,8 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     {
         fail(&mut status, Report::Failed(r.to_string()));
     }
-    // Last before the exec, so that nothing of the setup above is filtered.
     if plan.kind == Kind::Sandbox
+        && !filtered
         && let Err(r) = super::seccomp::install(plan.allow_userns)
         && let Err(r) = status.note(r)
     {
