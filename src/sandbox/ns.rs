@@ -165,33 +165,21 @@ pub fn drop_capabilities() -> Result<(), Refused> {
 /// The host uid and gid a root command runs as: `nobody` and `nogroup`.
 pub const UNPRIVILEGED: (u32, u32) = (65534, 65534);
 
-/// A user namespace in which uid and gid 0 are the host's `uid` and `gid`,
-/// for a command that must not be the host's root. Only a process
-/// privileged outside the namespace may write such a map, so a throwaway
-/// child is created in the namespace, and this process (root) writes its
-/// maps, opens the namespace and ends the child.
-///
-/// The child shares runws's memory (`CLONE_VM`, on a small stack of its
-/// own), so creating it copies no page tables: it only waits, with every
-/// signal blocked, for the SIGKILL that ends it. runws may have other
-/// threads; the child touches nothing they use. Called at most once per
-/// runws process.
-pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
-    use std::os::fd::OwnedFd;
-    const P: &str = "unprivileged uid";
+/// Starts a helper child that shares runws's memory (`CLONE_VM`, plus
+/// `flags`) and runs `entry(arg)` on a small stack of its own, with every
+/// signal blocked (only SIGKILL ends it). Creating it copies no page
+/// tables. runws may have other threads: `entry` must touch nothing they
+/// use (its own stack only, and direct system calls, which leave runws's
+/// `errno` alone). The stack is never unmapped, as the helper is never
+/// waited for on runws's path: nothing else may ever be placed where it
+/// might still run. Used at most twice per runws process.
+fn start_helper(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    flags: libc::c_int,
+) -> io::Result<libc::pid_t> {
     const STACK: usize = 64 * 1024;
-    extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: the set lives on this child's own stack; sigprocmask and pause change nothing runws shares.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    // SAFETY: a fresh private mapping for the child's stack, unmapped below once the child has ended.
+    // SAFETY: a fresh private mapping for the helper's stack.
     let stack = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -203,24 +191,46 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
         )
     };
     if stack == libc::MAP_FAILED {
-        return Err(Refused::io(P, "mmap", io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
-    // SAFETY: the top of the mapping (page aligned); the child runs only `wait_for_the_end`, on that stack, until it is killed below. No CLONE_FILES, CLONE_FS or CLONE_SIGHAND: its descriptors, directory and signal handlers are its own.
+    // SAFETY: the top of the mapping (page aligned); the helper runs only `entry`, on that stack, with its own descriptor table, directory and signal handlers (no CLONE_FILES, CLONE_FS or CLONE_SIGHAND), and the mask set around the clone, which blocks every signal.
     let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         let top = (stack as *mut u8).add(STACK) as *mut libc::c_void;
-        libc::clone(
-            wait_for_the_end,
-            top,
-            libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
-            std::ptr::null_mut(),
-        )
+        let pid = libc::clone(entry, top, libc::CLONE_VM | libc::SIGCHLD | flags, arg);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        pid
     };
     if pid < 0 {
         let e = io::Error::last_os_error();
-        // SAFETY: our own mapping; no child uses it.
+        // SAFETY: our own mapping; no helper runs on it.
         unsafe { libc::munmap(stack, STACK) };
-        return Err(Refused::new(P, format!("cannot create a user namespace: {e}")));
+        return Err(e);
     }
+    Ok(pid)
+}
+
+/// A helper's whole life: wait for the SIGKILL.
+extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
+    loop {
+        // SAFETY: pause with no arguments, as a direct system call.
+        unsafe { crate::child::sys(libc::SYS_pause, 0, 0, 0, 0) };
+    }
+}
+
+/// A user namespace in which uid and gid 0 are the host's `uid` and `gid`,
+/// for a command that must not be the host's root. Only a process
+/// privileged outside the namespace may write such a map, so a helper (see
+/// [`start_helper`]) is created in the namespace, and this process (root)
+/// writes its maps, opens the namespace and ends the helper.
+pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
+    use std::os::fd::OwnedFd;
+    const P: &str = "unprivileged uid";
+    let pid = start_helper(wait_for_the_end, std::ptr::null_mut(), libc::CLONE_NEWUSER)
+        .map_err(|e| Refused::new(P, format!("cannot create a user namespace: {e}")))?;
     let result = (|| {
         let write = |file: &str, text: String| {
             std::fs::write(format!("/proc/{pid}/{file}"), text)
@@ -235,8 +245,7 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
     })();
     // Not waited for: it dies on its own time, off runws's path, and the
     // watch loop reaps it with the command's orphans (or the kernel, once
-    // runws has exited). Its stack is therefore never unmapped: nothing
-    // else may ever be placed where it might still run.
+    // runws has exited).
     // SAFETY: kill of our own child, by pid, before anything could reap it.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     result
@@ -279,68 +288,27 @@ impl NetworkNamespace {
     /// Starts making a network namespace with only loopback, off runws's
     /// path: the kernel takes about half a millisecond to set one up, and
     /// runws has the layout to compute and its child to start meanwhile.
-    /// A child sharing runws's memory (`CLONE_VM`, on a small stack of its
-    /// own, never unmapped) enters a new network namespace with direct
-    /// system calls (no libc, so no `errno` of runws's is touched), says so
-    /// on a pipe, and waits for the SIGKILL that [`NetworkNamespace::finish`]
-    /// sends once it has opened the namespace. Called at most once per
-    /// runws process.
+    /// A helper (see [`start_helper`]) enters a new network namespace, says
+    /// so on a pipe, and waits for the SIGKILL that
+    /// [`NetworkNamespace::finish`] sends once it has opened the namespace.
     pub fn start() -> Result<NetworkNamespace, Refused> {
         use std::os::fd::AsRawFd;
         const P: &str = "network namespace";
-        const STACK: usize = 64 * 1024;
         let (ready, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| Refused::new(P, format!("pipe: {e}")))?;
         extern "C" fn make(arg: *mut libc::c_void) -> libc::c_int {
             let fd = arg as usize;
-            // SAFETY: direct system calls on this child's own stack; the byte written lives there too.
+            // SAFETY: direct system calls on this helper's own stack; the byte written lives there too.
             unsafe {
-                let ok: u8 =
-                    if crate::child::sys(libc::SYS_unshare, libc::CLONE_NEWNET as usize, 0, 0, 0) == 0 {
-                        1
-                    } else {
-                        0
-                    };
+                let made = crate::child::sys(libc::SYS_unshare, libc::CLONE_NEWNET as usize, 0, 0, 0) == 0;
+                let ok = u8::from(made);
                 crate::child::sys(libc::SYS_write, fd, &ok as *const u8 as usize, 1, 0);
                 crate::child::sys(libc::SYS_close, fd, 0, 0, 0);
-                loop {
-                    crate::child::sys(libc::SYS_pause, 0, 0, 0, 0);
-                }
             }
+            wait_for_the_end(std::ptr::null_mut())
         }
-        // SAFETY: a fresh private mapping for the child's stack; never unmapped, as the child may run until its SIGKILL lands.
-        let stack = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if stack == libc::MAP_FAILED {
-            return Err(Refused::io(P, "mmap", io::Error::last_os_error()));
-        }
-        // SAFETY: the top of the mapping; the child runs only `make`, on that stack, with its own descriptor table (no CLONE_FILES), directory and signal handlers; every signal is blocked in it by the mask set below around the clone.
-        let pid = unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let top = (stack as *mut u8).add(STACK) as *mut libc::c_void;
-            let pid = libc::clone(
-                make,
-                top,
-                libc::CLONE_VM | libc::SIGCHLD,
-                ready_w.as_raw_fd() as usize as *mut _,
-            );
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-            pid
-        };
-        if pid < 0 {
-            return Err(Refused::io(P, "clone", io::Error::last_os_error()));
-        }
+        let arg = ready_w.as_raw_fd() as usize as *mut libc::c_void;
+        let pid = start_helper(make, arg, 0).map_err(|e| Refused::io(P, "clone", e))?;
         Ok(NetworkNamespace { pid, ready })
     }
 
