@@ -334,7 +334,9 @@ fn a_sandboxed_worktree_run_cannot_change_the_repositorys_config_hooks_or_attrib
         let script = r#"G=$(git rev-parse --path-format=absolute --git-common-dir)
             for f in "$G/hooks/post-checkout" "$G/config" "$G/info/attributes" "$G/info/exclude" \
                      "$G/config.worktree" "$G/modules/sub/config" "$G/modules/sub/hooks/post-checkout" \
-                     "$G/worktrees/other/config.worktree" "$G/packed-refs"; do
+                     "$G/worktrees/other/config.worktree" "$G/packed-refs" \
+                     "$(git rev-parse --git-dir)/commondir" "$(git rev-parse --git-dir)/gitdir" \
+                     "$(git rev-parse --git-dir)/config.worktree"; do
                 if (echo x >> "$f") 2>/dev/null; then echo "WROTE $f"; fi
             done
             for d in hooks info modules; do

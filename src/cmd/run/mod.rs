@@ -548,8 +548,9 @@ fn restore_foreground(modes: Option<&nix::sys::termios::Termios>) {
 /// under a hidden home). Git reads programs to run from many files there
 /// (`config`, `config.worktree`, `hooks/`, `info/attributes`, the same under
 /// `modules/` for each submodule and under `worktrees/` for every other
-/// worktree): a run could otherwise plant one for the user's next git, or
-/// runws's. Returns the paths for `--rw` and `--ro`; one the user named
+/// worktree), and the worktree's own `commondir`, `gitdir` and
+/// `config.worktree` stay read-only too: a run could otherwise plant one for
+/// the user's next git, or runws's. Returns the paths for `--rw` and `--ro`; one the user named
 /// with `--rw`, `--ro` or `--hide` is left to that flag. A symlink among
 /// them is refused: it could be replaced from inside, the mount staying on
 /// its target.
@@ -592,10 +593,25 @@ fn git_writable(
             ))
         })?;
     let mut rw = vec![worktree.to_path_buf()];
-    for p in [common.join("objects"), common.join("refs"), common.join("logs"), admin] {
+    for p in [common.join("objects"), common.join("refs"), common.join("logs"), admin.clone()] {
         rw.push(plain_dir(&p)?);
     }
-    let ro = vec![plain_dir(common)?];
+    let mut ro = vec![plain_dir(common)?];
+    // In the worktree's own directory, what tells git where the repository
+    // is (`commondir`, `gitdir`) and the worktree's own configuration: a
+    // run that rewrote them would choose the configuration, and so the
+    // programs, of every later git in its worktree. `config.worktree` is
+    // made empty where missing, so it cannot be created from inside.
+    for name in ["commondir", "gitdir", "config.worktree"] {
+        let p = admin.join(name);
+        if name == "config.worktree" && std::fs::symlink_metadata(&p).is_err() {
+            std::fs::write(&p, "").ctx("cannot create", &p)?;
+        }
+        if !std::fs::symlink_metadata(&p).ctx("cannot read", &p)?.is_file() {
+            return Err(Error::Usage(format!("`{}` is not a plain file", p.display())));
+        }
+        ro.push(p);
+    }
     let keep = |v: Vec<std::path::PathBuf>| v.into_iter().filter(|p| !named.contains(p)).collect();
     Ok((keep(rw), keep(ro)))
 }
