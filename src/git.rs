@@ -216,3 +216,39 @@ pub(crate) fn run_converting(repo: &Path, args: &[&str]) -> Result<String> {
     c.args(args);
     output(c, &format!("run `git {}` in `{}`", args.join(" "), repo.display()))
 }
+
+/// The parts of a repository's shared `.git` a sandboxed worktree run may
+/// write (see `run --worktree`).
+pub(crate) const RUN_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "worktrees"];
+
+/// Removes, from the parts of `common` (a repository's shared `.git`) that
+/// a sandboxed worktree run may write, every entry that is neither a
+/// regular file nor a directory: git makes none there, and git outside the
+/// sandbox would follow a symlink a run left (a reflog appended to, or a
+/// ref deleted, in a directory the run could not even see). Never follows
+/// one; returns what was removed.
+pub(crate) fn remove_planted(common: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, removed: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                walk(&p, removed);
+            } else if !kind.is_file() && std::fs::remove_file(&p).is_ok() {
+                removed.push(p);
+            }
+        }
+    }
+    let mut removed = Vec::new();
+    for part in RUN_WRITABLE {
+        let p = common.join(part);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => walk(&p, &mut removed),
+            Ok(m) if !m.is_file() && std::fs::remove_file(&p).is_ok() => removed.push(p),
+            _ => {}
+        }
+    }
+    removed
+}

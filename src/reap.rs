@@ -194,7 +194,15 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
 /// The repository of a worktree or branch claim; none recorded is kept.
 fn claim_repo(claim: &Claim) -> std::result::Result<&Path, Step> {
     match claim.repo.as_deref() {
-        Some(r) if Path::new(r).is_absolute() => Ok(Path::new(r)),
+        Some(r) if Path::new(r).is_absolute() => {
+            // Before any git of runws's follows what a run left there.
+            if let Ok((_, common)) = git::dirs(Path::new(r)) {
+                for p in git::remove_planted(&common) {
+                    eprintln!("runws: warning: removed `{}`: a run left it there", p.display());
+                }
+            }
+            Ok(Path::new(r))
+        }
         _ => Err(Step::new(
             Outcome::Kept,
             format!("kept {} `{}`: no absolute repository recorded", claim.kind, claim.value),

@@ -39,6 +39,10 @@ pub fn add(repo: &Path, path: &Path, branch: &str, base: &str, locks: &Path) -> 
     let base_commit = git::run(&top, &["rev-parse", "--verify", &format!("{base}^{{commit}}")])
         .map_err(|_| Error::Usage(format!("--base `{base}` is not a commit of `{}`", top.display())))?;
 
+    // What an earlier sandboxed run may have left for this git to follow.
+    for p in git::remove_planted(Path::new(&common)) {
+        eprintln!("runws: warning: removed `{}` from `{common}`: a run left it there", p.display());
+    }
     std::fs::create_dir_all(locks).ctx("cannot create", locks)?;
     let lock_path = locks.join(format!("git-{}", &hex(&sha2::Sha256::digest(common.as_bytes()))[..16]));
     let lock_file = std::fs::OpenOptions::new()

@@ -202,6 +202,9 @@ pub struct Setup {
     pub json: bool,
     /// What `--sandbox=try` went without before the init started.
     missing: Vec<Missing>,
+    /// With `--worktree`: REPO's shared `.git`, parts of which the run could
+    /// write (see `git::remove_planted`).
+    pub git_common: Option<PathBuf>,
 }
 
 impl Setup {

@@ -522,6 +522,7 @@ pub fn prepare(
         program: original_program,
         json: opts.json,
         missing,
+        git_common: None,
     })
 }
 

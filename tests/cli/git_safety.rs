@@ -360,3 +360,63 @@ fn a_sandboxed_worktree_run_cannot_change_the_repositorys_config_hooks_or_attrib
         assert_eq!(tree(&repo.join(".git/modules")), vec!["sub", "sub/config", "sub/hooks"]);
     }
 }
+
+/// A sandboxed worktree run writes REPO's `objects/`, `refs/` and `logs/`
+/// to commit; symlinks it leaves there (to directories it cannot even see)
+/// are removed once it ends, so neither the user's next commit nor runws's
+/// next worktree or reap writes or deletes through them.
+#[test]
+fn symlinks_a_sandboxed_worktree_run_plants_in_git_are_never_followed() {
+    for who in everyone() {
+        if crate::sandbox::skip(who, "planted_git_symlinks") {
+            continue;
+        }
+        let env = Env::new();
+        let repo = repo(&env, who);
+        let outside = env.path("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("file"), "precious\n").unwrap();
+        std::fs::write(outside.join("passwd"), "keep\n").unwrap();
+        let o = outside.display().to_string();
+        let script = format!(
+            r#"C=$(git rev-parse --git-common-dir); P=$RUNWS_PREFIX
+            git branch "$P/passwd" HEAD
+            rm -rf "$C/logs/refs/heads/$P" && ln -s '{o}' "$C/logs/refs/heads/$P" && echo PLANTED
+            rm -f "$C/logs/HEAD" && ln -s '{o}/file' "$C/logs/HEAD"
+            ln -s '{o}' "$C/refs/heads/planted"; mkfifo "$C/refs/heads/fifo"
+            runws claim branch "$P/passwd" --repo "$(git rev-parse --show-toplevel)/../../../../repo" 2>/dev/null
+            runws claim branch "$P/passwd" --repo '{r}' && echo CLAIMED"#,
+            r = repo.display()
+        );
+        let out = runws(
+            &env,
+            who,
+            &["run", "--run-id", "s", "--sandbox", "--worktree", "repo", "--", "sh", "-c", &script],
+        );
+        out.ok().stdout_has("PLANTED").stdout_has("CLAIMED");
+        for p in ["logs/HEAD", "refs/heads/planted", "refs/heads/fifo"] {
+            let m = std::fs::symlink_metadata(repo.join(".git").join(p));
+            assert!(m.is_err() || m.unwrap().is_file(), "{who:?}: {p} is still there");
+        }
+        // The user's next commit, and runws's next worktree and reap.
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=u",
+                "-c",
+                "user.email=u@example.invalid",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "user",
+            ],
+        );
+        runws(&env, who, &["run", "--run-id", "t", "--worktree", "repo", "--", "true"]).ok();
+        runws(&env, who, &["reap"]).ok();
+        assert_eq!(std::fs::read_to_string(outside.join("file")).unwrap(), "precious\n", "{who:?}");
+        assert_eq!(std::fs::read_to_string(outside.join("passwd")).unwrap(), "keep\n", "{who:?}");
+        assert_eq!(tree(&outside), vec!["file", "passwd"], "{who:?}");
+    }
+}

@@ -330,6 +330,14 @@ fn run_in(
         outcome = Outcome::from_wait_status(raw, outcome.timed_out);
     }
     // --- end sandbox
+    // --- sandbox: nothing of the run is alive any more; what it left in the
+    // parts of REPO's `.git` it could write, for a later git to follow, goes.
+    if let Some(common) = isolated.as_ref().and_then(|s| s.git_common.as_ref()) {
+        for p in crate::git::remove_planted(common) {
+            eprintln!("runws: warning: removed `{}`: run `{id}` left it there", p.display());
+        }
+    }
+    // --- end sandbox
     let code = exit_code(&outcome);
     // --- sandbox: record and show what an audit found.
     if let Some(setup) = isolated.as_ref()
@@ -497,7 +505,7 @@ fn prepare(
         Some(opts) => {
             let mut opts = opts.clone();
             // A sandboxed run's worktree commits into the repository's
-            // shared object store: that one directory must stay writable.
+            // shared object store, refs and logs: those stay writable.
             if let Some(common) = &worktree_common_dir
                 && opts.kind == sandbox::Kind::Sandbox
             {
@@ -505,7 +513,10 @@ fn prepare(
                 opts.rw.extend(rw);
                 opts.ro.extend(ro);
             }
-            let setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
+            let mut setup = sandbox::prepare(&opts, &mut spec, run, root, &exe, m)?;
+            if opts.kind == sandbox::Kind::Sandbox {
+                setup.git_common = worktree_common_dir.clone();
+            }
             if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
                 rec.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
             }
