@@ -225,30 +225,35 @@ pub(crate) const RUN_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "worktree
 /// a sandboxed worktree run may write, every entry that is neither a
 /// regular file nor a directory: git makes none there, and git outside the
 /// sandbox would follow a symlink a run left (a reflog appended to, or a
-/// ref deleted, in a directory the run could not even see). Never follows
-/// one; returns what was removed.
+/// ref deleted, in a directory the run could not even see). Walks through
+/// directory descriptors ([`crate::fsx::Dir`]), never through a path, so a
+/// directory swapped for a symlink meanwhile is refused, not followed;
+/// returns what was removed.
 pub(crate) fn remove_planted(common: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, removed: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                walk(&p, removed);
-            } else if !kind.is_file() && std::fs::remove_file(&p).is_ok() {
-                removed.push(p);
-            }
-        }
-    }
     let mut removed = Vec::new();
-    for part in RUN_WRITABLE {
-        let p = common.join(part);
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => walk(&p, &mut removed),
-            Ok(m) if !m.is_file() && std::fs::remove_file(&p).is_ok() => removed.push(p),
-            _ => {}
+    if let Ok(top) = crate::fsx::Dir::open(common) {
+        for part in RUN_WRITABLE {
+            clean(&top, part, &mut removed, 0);
         }
     }
     removed
+}
+
+/// [`remove_planted`] for the entry `name` of `dir`: a directory is walked
+/// (to a sane depth), a regular file kept, anything else removed.
+fn clean(dir: &crate::fsx::Dir, name: &str, removed: &mut Vec<PathBuf>, depth: usize) {
+    use nix::sys::stat::SFlag;
+    let Ok(Some(st)) = dir.lstat(name) else { return };
+    match crate::fsx::kind(&st) {
+        SFlag::S_IFDIR if depth < 64 => {
+            if let Ok(sub) = dir.sub(name) {
+                for entry in sub.entries().unwrap_or_default() {
+                    clean(&sub, &entry, removed, depth + 1);
+                }
+            }
+        }
+        SFlag::S_IFDIR | SFlag::S_IFREG => {}
+        _ if dir.unlink(name).is_ok() => removed.push(dir.join(name)),
+        _ => {}
+    }
 }
