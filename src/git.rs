@@ -231,9 +231,14 @@ pub(crate) const RUN_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "worktree
 /// returns what was removed.
 pub(crate) fn remove_planted(common: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
-    if let Ok(top) = crate::fsx::Dir::open(common) {
-        for part in RUN_WRITABLE {
-            clean(&top, part, &mut removed, 0);
+    let Ok(top) = crate::fsx::Dir::open(common) else { return removed };
+    for part in RUN_WRITABLE {
+        // The parts themselves are never the run's to change (it writes
+        // beneath them): one that is a symlink is the user's own layout (a
+        // `git new-workdir` checkout, say), so it is left and not entered.
+        let Ok(sub) = top.sub(part) else { continue };
+        for entry in sub.entries().unwrap_or_default() {
+            clean(&sub, &entry, &mut removed, 0);
         }
     }
     removed

@@ -192,11 +192,17 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
 }
 
 /// The repository of a worktree or branch claim; none recorded is kept.
-fn claim_repo(claim: &Claim) -> std::result::Result<&Path, Step> {
+fn claim_repo(claim: &Claim, dry_run: bool) -> std::result::Result<&Path, Step> {
     match claim.repo.as_deref() {
         Some(r) if Path::new(r).is_absolute() => {
-            // Before any git of runws's follows what a run left there.
-            if let Ok((_, common)) = git::dirs(Path::new(r)) {
+            // The repository `run --worktree` gave the run (recorded by runws,
+            // so never one a claim merely names): before any git of runws's
+            // follows what a sandboxed run, whose runws died before it could
+            // clean up, left in the parts of `.git` it could write.
+            if claim.made_by_runws
+                && !dry_run
+                && let Ok((_, common)) = git::dirs(Path::new(r))
+            {
                 for p in git::remove_planted(&common) {
                     eprintln!("runws: warning: removed `{}`: a run left it there", p.display());
                 }
@@ -214,7 +220,7 @@ fn claim_repo(claim: &Claim) -> std::result::Result<&Path, Step> {
 /// run's: its files are removed by runws (never following a symlink, never
 /// entering another file system), then git forgets it.
 fn remove_claimed_worktree(run: &RunDir, claim: &Claim, dry_run: bool, planned: &mut Vec<PathBuf>) -> Step {
-    let repo = match claim_repo(claim) {
+    let repo = match claim_repo(claim, dry_run) {
         Ok(r) => r,
         Err(s) => return s,
     };
@@ -282,7 +288,7 @@ fn delete_claimed_branch(
     if opts.keep_branch {
         return Step::new(Outcome::Kept, format!("kept branch `{name}` (--keep-branch)"));
     }
-    let repo = match claim_repo(claim) {
+    let repo = match claim_repo(claim, opts.dry_run) {
         Ok(r) => r,
         Err(s) => return s,
     };

@@ -169,12 +169,18 @@ impl Owner {
                 Ok(_) => Err("it is not a JSON object".to_string()),
                 Err(e) => Err(format!("it is not JSON: {e}")),
             });
+        // A reaper takes a run over only when its runws is gone, and one on
+        // the run's host can see that this runws is alive: a takeover comes
+        // from a reaper on another host (a root shared between hosts), which
+        // records itself. A status changed with no such record is the
+        // command's own edit (it can stop runws past its lease): put back.
         if self.lapsed
             && let Ok(map) = &disk
             && map.get("status").and_then(Value::as_str).is_some_and(|s| s != Status::Running.as_str())
             && let Ok(b) = &bytes
             && let Ok(m) = super::parse(b, &path)
             && m.run_id == self.m.run_id
+            && m.reap.as_ref().and_then(|r| r.reaped_by.rsplit_once(':')).is_some_and(|(by, _)| by != m.host)
         {
             return (m, true);
         }

@@ -419,3 +419,26 @@ fn symlinks_a_sandboxed_worktree_run_plants_in_git_are_never_followed() {
         assert_eq!(tree(&outside), vec!["file", "passwd"], "{who:?}");
     }
 }
+
+/// What runws removes from REPO's `.git` before its own git: only beneath
+/// the parts a sandboxed run could write, never in a dry run, and never a
+/// part that is itself a symlink (a `git new-workdir` layout).
+#[test]
+fn planted_entries_are_removed_by_reap_but_not_by_a_dry_run_and_a_symlinked_layout_is_left() {
+    let env = Env::new();
+    let repo = repo(&env, Who::Me);
+    // The user's own layout: `logs` lives elsewhere.
+    let logs = env.path("shared-logs");
+    std::fs::rename(repo.join(".git/logs"), &logs).unwrap();
+    std::os::unix::fs::symlink(&logs, repo.join(".git/logs")).unwrap();
+    runws(&env, Who::Me, &["run", "--run-id", "w", "--worktree", "repo", "--", "true"]).ok();
+    // Left behind as if by a run whose runws died before it cleaned up.
+    let planted = repo.join(".git/refs/heads/planted");
+    std::os::unix::fs::symlink(env.path("outside"), &planted).unwrap();
+    runws(&env, Who::Me, &["reap", "--dry-run"]).ok();
+    assert!(std::fs::symlink_metadata(&planted).is_ok(), "a dry run removed `{}`", planted.display());
+    runws(&env, Who::Me, &["reap"]).ok();
+    assert!(std::fs::symlink_metadata(&planted).is_err(), "reap left `{}`", planted.display());
+    let logs_link = std::fs::symlink_metadata(repo.join(".git/logs")).unwrap();
+    assert!(logs_link.file_type().is_symlink(), "the user's symlinked logs/ was removed");
+}

@@ -245,3 +245,25 @@ fn a_planted_final_temp_file_does_not_replace_the_final_record() {
     assert_eq!(m["exit_code"], 6);
     env.run(&["show", "planted"]).ok();
 }
+
+/// A command that stops its runws past the lease (so it looks as if a
+/// reaper could have taken the run over), writes a finished status into
+/// the manifest and lets runws go on, does not get that status recorded:
+/// only a reaper's own record (from another host) counts as a takeover.
+#[test]
+fn a_command_that_stops_runws_and_writes_succeeded_gets_its_real_end_recorded() {
+    let env = Env::new();
+    let script = r#"kill -STOP $PPID; sleep 1.5
+        python3 - "$RUNWS_DIR/manifest.json" <<'PY'
+import json, sys
+p = sys.argv[1]; m = json.load(open(p))
+m["status"] = "succeeded"; m["exit_code"] = 0
+json.dump(m, open(p, "w"))
+PY
+        kill -CONT $PPID; exit 7"#;
+    let out = env.run(&["run", "--run-id", "f", "--lease-ttl", "1s", "--", "sh", "-c", script]);
+    out.code(7);
+    let m = env.manifest("f");
+    assert_eq!(m["status"], "failed", "{m}");
+    assert_eq!(m["exit_code"], 7, "{m}");
+}
