@@ -121,9 +121,16 @@ pub(crate) fn command(dir: &Path) -> Command {
     c
 }
 
+/// Runs `c` to its end, holding [`crate::child::OWN_CHILD`] so that a watch
+/// loop reaping the command's orphans in runws does not take git's exit.
+fn wait_for(mut c: Command) -> std::io::Result<std::process::Output> {
+    let _own = crate::child::OWN_CHILD.lock().unwrap_or_else(|e| e.into_inner());
+    c.output()
+}
+
 /// Runs `c`; its stdout, right-trimmed, or an error with git's stderr.
-pub(crate) fn output(mut c: Command, what: &str) -> Result<String> {
-    let out = c.output().map_err(|e| Error::Other(format!("cannot run git to {what}: {e}")))?;
+pub(crate) fn output(c: Command, what: &str) -> Result<String> {
+    let out = wait_for(c).map_err(|e| Error::Other(format!("cannot run git to {what}: {e}")))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(Error::Other(format!("git failed to {what}: {}", err.trim().replace('\n', "; "))));
@@ -133,7 +140,9 @@ pub(crate) fn output(mut c: Command, what: &str) -> Result<String> {
 
 /// Runs `git -C repo ARGS`; its trimmed stdout, or an error with git's stderr.
 pub(crate) fn run(repo: &Path, args: &[&str]) -> Result<String> {
-    let out = command(repo).args(args).output().map_err(|e| Error::Other(format!("cannot run git: {e}")))?;
+    let mut c = command(repo);
+    c.args(args);
+    let out = wait_for(c).map_err(|e| Error::Other(format!("cannot run git: {e}")))?;
     if !out.status.success() {
         return Err(Error::Other(format!(
             "git {} in `{}` failed: {}",

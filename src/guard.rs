@@ -505,7 +505,7 @@ impl Guard {
                         )));
                     }
                     crate::git::dirs(Path::new(&repo_dir))
-                        .map_err(|_| bad(&format!("`{repo_dir}` is not a git repository")))?;
+                        .map_err(|e| bad(&format!("`{repo_dir}` is not a git repository ({e})")))?;
                 } else {
                     claim.value = absolute(Path::new(value));
                     match crate::worktree::owned(&self.run, &claim.value, Path::new(&repo_dir)) {

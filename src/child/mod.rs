@@ -385,6 +385,11 @@ impl Outcome {
     }
 }
 
+/// Held by a thread of runws's that runs a child of its own and waits for
+/// it (the guard's broker running git) while the watch loop reaps any
+/// child, the command's orphans among them.
+pub static OWN_CHILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// What the watch loop needs besides the child.
 pub struct Watch<'a> {
     pub signals: &'a SignalFd,
@@ -440,9 +445,14 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
     let mut timed_out = false;
     loop {
         // Any child: runws is the command's subreaper, so its orphans
-        // become runws's children and must be reaped as they end. runws
-        // starts no other child while it watches this one.
-        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        // become runws's children and must be reaped as they end; but not
+        // while another thread of runws's waits for a child of its own
+        // (see [`OWN_CHILD`]), which this would take from it.
+        let own = OWN_CHILD.try_lock();
+        let which = if own.is_ok() { None } else { Some(pid) };
+        let reaped = waitpid(which, Some(WaitPidFlag::WNOHANG));
+        drop(own);
+        match reaped {
             Ok(WaitStatus::Exited(p, code)) if p == pid => {
                 return Ok(Outcome { exit_code: Some(code), signal: None, timed_out });
             }

@@ -392,7 +392,13 @@ fn symlinks_a_sandboxed_worktree_run_plants_in_git_are_never_followed() {
             who,
             &["run", "--run-id", "s", "--sandbox", "--worktree", "repo", "--", "sh", "-c", &script],
         );
-        out.ok().stdout_has("PLANTED").stdout_has("CLAIMED");
+        out.ok();
+        assert!(
+            out.stdout.contains("CLAIMED") && out.stdout.contains("PLANTED"),
+            "{who:?}:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
         for p in ["logs/HEAD", "refs/heads/planted", "refs/heads/fifo"] {
             let m = std::fs::symlink_metadata(repo.join(".git").join(p));
             assert!(m.is_err() || m.unwrap().is_file(), "{who:?}: {p} is still there");
