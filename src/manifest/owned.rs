@@ -66,6 +66,9 @@ const OWNED: &[&str] = &[
     RESTORED,
 ];
 
+/// How long the final record waits for the run directory's lock.
+const FINAL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The field that records each restoration.
 pub const RESTORED: &str = "restored";
 /// At most this many restorations are listed; the last entry is the latest.
@@ -116,15 +119,42 @@ impl Owner {
         Ok(value)
     }
 
+    /// [`Owner::update`] while the command runs: the command can hold the
+    /// run directory's lock (`flock` on it) as long as it likes, so runws
+    /// waits at most `wait` and skips this change (`None`) rather than stop
+    /// forwarding signals and enforcing `--timeout` behind it.
+    pub fn update_within<T>(
+        &mut self,
+        dir: &Dir,
+        wait: std::time::Duration,
+        change: impl FnOnce(&mut Manifest) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let Some(_lock) = dir.lock_within(wait)? else { return Ok(None) };
+        let (mut m, taken_over) = self.current(dir);
+        let value = change(&mut m)?;
+        super::write(dir, &m, false)?;
+        self.written(m, taken_over);
+        Ok(Some(value))
+    }
+
     /// [`Owner::update`] through a temp file made by [`super::reserve`]: the
-    /// run's final record (see [`super::update_reserved`]).
+    /// run's final record (see [`super::update_reserved`]). A lock a process
+    /// left behind by the command still holds is waited for a while, then
+    /// gone without: runws's fields are put back whatever the file holds, so
+    /// the end is recorded all the same.
     pub fn update_reserved<T>(
         &mut self,
         dir: &Dir,
         slot: Reserved<'_>,
         change: impl FnOnce(&mut Manifest) -> Result<T>,
     ) -> Result<T> {
-        let _lock = dir.lock()?;
+        let _lock = dir.lock_within(FINAL_LOCK_WAIT)?;
+        if _lock.is_none() {
+            eprintln!(
+                "runws: warning: `{}` stayed locked (by a process the command left?); recording the end without the lock",
+                dir.path().display()
+            );
+        }
         let (mut m, taken_over) = self.current(dir);
         let value = change(&mut m)?;
         let bytes = m.to_json();
@@ -225,8 +255,11 @@ impl Owner {
         keep_valid::<Claim>(&mut disk, "claims", note, Claim::validate);
         let mut m: Manifest = serde_json::from_value(Value::Object(disk)).map_err(|e| e.to_string())?;
         // The inputs runws copied in are its own; imports are the guard's.
-        m.inputs.retain(|i| i.from_run.is_some());
-        m.inputs.extend(self.m.inputs.iter().filter(|i| i.from_run.is_none()).cloned());
+        // An import recorded under the path of one of runws's own inputs is
+        // a forgery: runws's entry wins.
+        let own: Vec<InputRecord> = self.m.inputs.iter().filter(|i| i.from_run.is_none()).cloned().collect();
+        m.inputs.retain(|i| i.from_run.is_some() && !own.iter().any(|o| o.path == i.path));
+        m.inputs.extend(own);
         m.inputs.sort_by(|a, b| a.path.cmp(&b.path));
         m.inputs.dedup_by(|a, b| a.path == b.path);
         let fingerprint = crate::fingerprint::combine(&m.inputs);

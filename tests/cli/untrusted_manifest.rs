@@ -267,3 +267,57 @@ PY
     assert_eq!(m["status"], "failed", "{m}");
     assert_eq!(m["exit_code"], 7, "{m}");
 }
+
+/// A command that holds the run directory's lock cannot stall runws: the
+/// lease renewal skips a turn instead of waiting, so `--timeout` still ends
+/// the command on time, and the end is recorded.
+#[test]
+fn a_command_holding_the_run_lock_cannot_stall_the_timeout() {
+    if std::process::Command::new("flock").arg("--version").output().is_err() {
+        eprintln!("skipped: flock is not installed");
+        return;
+    }
+    let env = Env::new();
+    let started = std::time::Instant::now();
+    let out = env.run(&[
+        "run",
+        "--run-id",
+        "l",
+        "--lease-ttl",
+        "0.3s",
+        "--timeout",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "flock -x \"$RUNWS_DIR\" sleep 20",
+    ]);
+    out.code(124);
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(10), "the timeout fired after {took:?}");
+    assert_eq!(env.manifest("l")["status"], "timed_out");
+}
+
+/// An import the command forges under the path of one of runws's own
+/// inputs does not replace runws's record of that input (nor its share of
+/// the fingerprint).
+#[test]
+fn a_forged_import_does_not_replace_an_input_of_runws() {
+    let env = Env::new();
+    std::fs::write(env.path("data.csv"), "a,b\n").unwrap();
+    let script = r#"python3 - "$RUNWS_DIR/manifest.json" <<'PY'
+import json, sys
+p = sys.argv[1]; m = json.load(open(p))
+real = m["inputs"][0]
+m["inputs"] = [dict(real, sha256="0" * 64, from_run="elsewhere", from_output="x")]
+json.dump(m, open(p, "w"))
+PY
+        exit 0"#;
+    let plain = env.run(&["run", "--run-id", "p", "--input", "data.csv", "--", "true"]);
+    plain.ok();
+    env.run(&["run", "--run-id", "f", "--input", "data.csv", "--lease-ttl", "1s", "--", "sh", "-c", script])
+        .ok();
+    let (p, f) = (env.manifest("p"), env.manifest("f"));
+    assert_eq!(f["inputs"], p["inputs"], "{f}");
+    assert_eq!(f["input_fingerprint"], p["input_fingerprint"]);
+}

@@ -275,7 +275,9 @@ fn run_in(
     let mut warned = false;
     let mut renew = || {
         let lost_at = lease.as_mut().and_then(|l| l.renew());
-        let r = record.update(run_dir, false, |m| {
+        // Never blocked for long by a lock the command holds (see
+        // `Owner::update_within`): a skipped renewal is tried again next time.
+        let r = record.update_within(run_dir, RENEW_LOCK_WAIT, |m| {
             if m.status == Status::Running {
                 m.lease_until = manifest::now_plus(ttl);
             }
@@ -542,6 +544,9 @@ fn foreground() -> bool {
 
 /// Takes the terminal back after the command's group held it. SIGTTOU is
 /// blocked in runws, so this cannot stop runws.
+/// How long a lease renewal waits for the run directory's lock.
+const RENEW_LOCK_WAIT: Duration = Duration::from_millis(100);
+
 fn restore_foreground(modes: Option<&nix::sys::termios::Termios>) {
     // SAFETY: tcsetpgrp on stdin with our own process group.
     unsafe {
