@@ -437,7 +437,9 @@ fn pid1(
     {
         eprintln!("runws: audit: {e}");
     }
-    let raw = command_status.unwrap_or(0);
+    // The command's status unknown (it was never waited for): a failure,
+    // never a success.
+    let raw = command_status.unwrap_or((exit::FAILURE as i32) << 8);
     let _ = nix::unistd::write(&report, &raw.to_ne_bytes());
     if let Some(n) = &notify {
         let _ = nix::unistd::write(n, &raw.to_ne_bytes());

@@ -600,7 +600,10 @@ fn git_writable(
     let admin = link
         .strip_prefix("gitdir: ")
         .map(|p| std::path::PathBuf::from(p.trim_end()))
-        .filter(|p| p.parent() == Some(common.join("worktrees").as_path()))
+        .filter(|p| {
+            p.parent() == Some(common.join("worktrees").as_path())
+                && matches!(p.components().next_back(), Some(std::path::Component::Normal(_)))
+        })
         .ok_or_else(|| {
             Error::Other(format!(
                 "`{}` does not name a directory under `{}/worktrees`",
