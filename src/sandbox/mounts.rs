@@ -508,10 +508,18 @@ pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refu
                 let ro = if *writable { 0 } else { libc::MOUNT_ATTR_RDONLY };
                 set_attrs(target, ro | LOCKED_DOWN, 0, true)?;
             }
-            (MountOp::HideFile { target }, Prepared::Tree(tree)) => {
-                attach(tree, target)?;
-                set_attrs(target, libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC, 0, false)?;
-            }
+            (MountOp::HideFile { target }, Prepared::Tree(tree)) => match attach(tree, target) {
+                Ok(()) => set_attrs(
+                    target,
+                    libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC,
+                    0,
+                    false,
+                )?,
+                // A file gone since the layout was made (a host socket
+                // whose server stopped) has nothing left to hide.
+                Err(_) if std::fs::symlink_metadata(target).is_err() => {}
+                Err(e) => return Err(e),
+            },
             // Placed last, below, once the run's writable layers are bound.
             (MountOp::Overlay { .. }, _) => {}
             _ => return Err(Refused::new(P, "internal: a mount without what it was prepared from")),
