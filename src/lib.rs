@@ -27,6 +27,7 @@ pub mod reap;
 pub mod restore;
 pub mod sandbox;
 pub mod seal;
+pub mod shown;
 pub mod store;
 pub mod workspace;
 pub mod worktree;
