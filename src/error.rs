@@ -141,6 +141,12 @@ pub enum Error {
     #[error("stale fence for `{key}`: offered {offered}, highest seen {highest}{}", if *.same_fence { " with other bytes" } else { "" })]
     StaleFence { key: String, offered: u64, highest: u64, same_fence: bool },
 
+    #[error("refused fence {offered} for `{key}`: {why}")]
+    UnissuedFence { key: String, offered: u64, why: String },
+
+    #[error("refused: lease `{key}` is not this run's: {why}")]
+    ForeignLease { key: String, why: String },
+
     #[error("cannot reach the store `{store}`: {why}")]
     StoreUnreachable { store: String, why: String },
 
@@ -167,7 +173,9 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::NotProduced { .. } => exit::NO,
-            Error::CrossRunRead { .. } | Error::ImportNotAllowed { .. } => exit::FOREIGN,
+            Error::CrossRunRead { .. } | Error::ImportNotAllowed { .. } | Error::ForeignLease { .. } => {
+                exit::FOREIGN
+            }
             Error::Integrity { .. } | Error::ChecksumFile { .. } => exit::INTEGRITY,
             Error::NotInRun { .. } | Error::RunNotLive { .. } => exit::NOT_LIVE,
             Error::CommandNotFound(_) => exit::NOT_FOUND,
@@ -179,7 +187,7 @@ impl Error {
             // A lease that is no longer yours is, to the caller, a lease held
             // elsewhere: stop working on what it guarded.
             Error::LeaseHeld { .. } | Error::NotLeaseHolder { .. } => exit::LEASE_HELD,
-            Error::StaleFence { .. } => exit::STALE_FENCE,
+            Error::StaleFence { .. } | Error::UnissuedFence { .. } => exit::STALE_FENCE,
             Error::Remote { code, .. } => *code,
             Error::InvalidRunId { .. }
             | Error::InvalidName { .. }

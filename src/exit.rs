@@ -11,8 +11,9 @@ pub const OK: u8 = 0;
 /// A negative answer: `has` found that this run did not produce the output,
 /// or `get` was asked for an output this run never recorded.
 pub const NO: u8 = 1;
-/// A read of another run's output was refused (use `runws import`), or an
-/// import from a run `--allow-import` does not name.
+/// A read of another run's output was refused (use `runws import`), an
+/// import from a run `--allow-import` does not name, or a sandboxed
+/// command's call on a lease other than its run's own.
 pub const FOREIGN: u8 = 3;
 /// Bytes on disk no longer match the sha256 recorded for them.
 pub const INTEGRITY: u8 = 4;
@@ -21,7 +22,8 @@ pub const INTEGRITY: u8 = 4;
 pub const NOT_LIVE: u8 = 5;
 /// A lease is held by someone else and the wait ran out (as `flock -n`).
 pub const LEASE_HELD: u8 = 75;
-/// The sink refused a write whose fencing token is stale.
+/// The sink refused a write whose fencing token is stale, or was never
+/// issued for its key.
 pub const STALE_FENCE: u8 = 76;
 /// The seal failed, but the workspace was saved to quarantine.
 pub const QUARANTINED: u8 = 80;

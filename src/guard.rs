@@ -141,6 +141,12 @@ impl Guard {
         Ok(guard)
     }
 
+    /// True when runws performs this run's calls over its socket (the run
+    /// is sandboxed).
+    pub fn is_brokered(&self) -> bool {
+        self.via == Via::Broker
+    }
+
     pub fn run_id(&self) -> &str {
         &self.run.id
     }

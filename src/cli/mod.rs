@@ -177,12 +177,15 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
     /// Write a payload for KEY only if its fencing token is not stale
     #[command(
         long_about = "The sink: write the payload (FILE, or standard input) for KEY only when --fence N is \
-greater than the highest fence recorded for KEY, or equal with identical bytes (an idempotent \
-retry: success, nothing rewritten). Otherwise nothing is written and runws exits 76. With --to \
-DIR the payload becomes DIR/<key> atomically, with the fence recorded in DIR/.runws-fence/; \
-otherwise it goes to the store (a table in PostgreSQL). Inside `runws run --lease`, --fence \
-defaults to RUNWS_FENCE.",
-        after_help = "Example:\n  runws run --lease nightly-report -- sh -c 'make report && runws publish report/$(date +%F) report.json --to /srv/reports'"
+the highest fencing token the store has issued for the lease KEY (a lower one is stale, a higher \
+one was never issued), and greater than the highest fence recorded for KEY in the sink, or equal \
+with identical bytes (an idempotent retry: success, nothing rewritten). Otherwise nothing is \
+written and runws exits 76. With --to DIR the payload becomes DIR/<key> atomically, with the fence \
+recorded in DIR/.runws-fence/; when the store cannot be reached, DIR's fences alone are checked, \
+with a warning. Without --to it goes to the store (a table in PostgreSQL). Inside `runws run \
+--lease`, --fence defaults to RUNWS_FENCE; inside a sandbox, runws publishes for the command, \
+under the run's own lease only.",
+        after_help = "Example:\n  runws run --lease report/$(date +%F) -- sh -c 'make report && runws publish \"$RUNWS_LEASE_KEY\" report.json --to /srv/reports'"
     )]
     Publish {
         key: String,
@@ -312,10 +315,14 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
         wait: std::time::Duration,
     },
     /// Extend the lease the holder has; the token stays the same
+    #[command(long_about = "Extend the lease the holder has; the token stays the same. Inside \
+`runws run --lease KEY`, --holder defaults to the run's own holder; inside a sandbox, runws renews \
+the run's own lease for the command, for at most the run's --lease-ttl.")]
     Renew {
         key: String,
+        /// Who holds it [default: the run's holder, inside `run --lease KEY`]
         #[arg(long, value_name = "ID")]
-        holder: String,
+        holder: Option<String>,
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
         ttl: std::time::Duration,
     },

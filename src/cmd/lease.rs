@@ -2,7 +2,7 @@
 //! sink that checks them.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -10,9 +10,11 @@ use anyhow::Context;
 use crate::cli::LeaseCommand;
 use crate::error::Error;
 use crate::exit;
+use crate::guard::Guard;
 use crate::manifest;
 use crate::procinfo;
-use crate::store::{self, PublishOutcome, Store};
+use crate::sandbox::broker::client as broker;
+use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace;
 
 /// The store URL: `--store`/`RUNWS_STORE`, else `file:ROOT/store`.
@@ -34,7 +36,28 @@ fn default_holder() -> String {
     format!("{}:{}", procinfo::hostname(), nix::unistd::getppid())
 }
 
+/// The directory of the sandboxed run this process belongs to, when no
+/// store is named: its store is out of reach (hidden, or behind a password
+/// it is not given), and runws serves its lease calls over the run's socket.
+fn sandboxed_run(store: Option<&str>) -> Option<PathBuf> {
+    if store.is_some_and(|s| !s.is_empty()) {
+        return None;
+    }
+    let guard = Guard::from_env().ok()?;
+    guard.is_brokered().then(|| guard.dir().to_path_buf())
+}
+
+/// The holder `run --lease` gave this run, when `key` is its lease.
+fn run_holder(key: &str) -> Option<String> {
+    let run_key = std::env::var("RUNWS_LEASE_KEY").ok()?;
+    let run_id = std::env::var("RUNWS_RUN_ID").ok()?;
+    (run_key == key && !run_id.is_empty()).then(|| format!("{}:{run_id}", procinfo::hostname()))
+}
+
 pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> anyhow::Result<u8> {
+    if let Some(run_dir) = sandboxed_run(store) {
+        return sandboxed_lease(&run_dir, cmd);
+    }
     let mut s = open(root, store)?;
     match cmd {
         LeaseCommand::Acquire { key, holder, ttl, wait } => {
@@ -43,40 +66,65 @@ pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> any
             println!("{}", lease.token);
         }
         LeaseCommand::Renew { key, holder, ttl } => {
+            let holder = holder.or_else(|| run_holder(&key)).ok_or_else(|| {
+                Error::Usage(format!("renewing `{key}` needs --holder ID (outside the run holding it)"))
+            })?;
             let lease = s.renew(&key, &holder, ttl)?;
             println!("{}", lease.token);
         }
         LeaseCommand::Release { key, holder } => s.release(&key, &holder)?,
-        LeaseCommand::Show { key, json } => {
-            let info = s.show(&key)?;
-            let mut out = std::io::stdout().lock();
-            let expires = info.expires_at.map(manifest::format_time);
-            if json {
-                let v = serde_json::json!({
-                    "key": info.key,
-                    "holder": info.holder,
-                    "token": info.token,
-                    "expires_at": expires,
-                    "expired": info.expired,
-                });
-                serde_json::to_writer_pretty(&mut out, &v)?;
-                writeln!(out)?;
-            } else {
-                writeln!(out, "key:      {}", info.key)?;
-                let state = match (&info.holder, info.expired) {
-                    (None, _) => "free".to_string(),
-                    (Some(h), false) => format!("held by {h}"),
-                    (Some(h), true) => format!("expired (last held by {h})"),
-                };
-                writeln!(out, "state:    {state}")?;
-                writeln!(out, "token:    {} (highest issued)", info.token)?;
-                if let Some(e) = expires {
-                    writeln!(out, "expires:  {e}")?;
-                }
-            }
+        LeaseCommand::Show { key, json } => show(&s.show(&key)?, json)?,
+    }
+    Ok(exit::OK)
+}
+
+/// `lease renew` and `lease show` of the run's own lease, performed by runws
+/// for a sandboxed command; the command cannot take or give up a lease.
+fn sandboxed_lease(run_dir: &Path, cmd: LeaseCommand) -> anyhow::Result<u8> {
+    match cmd {
+        LeaseCommand::Renew { key, holder, ttl } => {
+            println!("{}", broker::lease_renew(run_dir, &key, holder.as_deref(), ttl)?);
+        }
+        LeaseCommand::Show { key, json } => show(&broker::lease_show(run_dir, &key)?, json)?,
+        LeaseCommand::Acquire { .. } | LeaseCommand::Release { .. } => {
+            return Err(Error::Usage(
+                "inside a sandbox only `lease renew` and `lease show` of the run's own lease reach runws; \
+                 runws takes and releases it (`run --lease`)"
+                    .into(),
+            )
+            .into());
         }
     }
     Ok(exit::OK)
+}
+
+fn show(info: &LeaseInfo, json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let expires = info.expires_at.map(manifest::format_time);
+    if json {
+        let v = serde_json::json!({
+            "key": info.key,
+            "holder": info.holder,
+            "token": info.token,
+            "expires_at": expires,
+            "expired": info.expired,
+        });
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "key:      {}", info.key)?;
+        let state = match (&info.holder, info.expired) {
+            (None, _) => "free".to_string(),
+            (Some(h), false) => format!("held by {h}"),
+            (Some(h), true) => format!("expired (last held by {h})"),
+        };
+        writeln!(out, "state:    {state}")?;
+        writeln!(out, "token:    {} (highest issued)", info.token)?;
+        if let Some(e) = expires {
+            writeln!(out, "expires:  {e}")?;
+        }
+    }
+    Ok(())
 }
 
 pub fn publish(
@@ -105,8 +153,11 @@ pub fn publish(
             .with_context(|| format!("cannot read `{}`", p.display()))?,
     };
     let outcome = match to {
-        Some(dir) => store::publish_to_dir(dir, key, fence, &payload)?,
-        None => open(root, store)?.publish(key, fence, &payload)?,
+        Some(dir) => publish_to_dir(root, store, dir, key, fence, &payload)?,
+        None => match sandboxed_run(store) {
+            Some(run_dir) => broker::publish(&run_dir, key, fence, &payload)?,
+            None => open(root, store)?.publish(key, fence, &payload)?,
+        },
     };
     if verbose {
         let what = match outcome {
@@ -116,6 +167,31 @@ pub fn publish(
         eprintln!("runws: {what}: `{key}` at fence {fence} ({} bytes)", payload.len());
     }
     Ok(exit::OK)
+}
+
+/// `publish --to DIR`: the fence checked against the store when it can be
+/// reached, as in the store's own sink; else, with a warning, only against
+/// the highest fence published in DIR.
+fn publish_to_dir(
+    root: Option<&Path>,
+    store: Option<&str>,
+    dir: &Path,
+    key: &str,
+    fence: u64,
+    payload: &[u8],
+) -> anyhow::Result<PublishOutcome> {
+    let url = store_url(root, store)?;
+    match store::reach(&url) {
+        Ok(mut s) => Ok(s.publish_to(dir, key, fence, payload)?),
+        Err(e @ Error::StoreUnreachable { .. }) => {
+            eprintln!(
+                "runws: warning: {e}; fence {fence} is checked only against the fences published in `{}`",
+                dir.display()
+            );
+            Ok(store::publish_to_dir(dir, key, fence, payload)?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// A lease held for the length of a run: renewed from the watch loop,

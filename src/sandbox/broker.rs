@@ -19,14 +19,28 @@
 //! of `--allow-import` (empty unless given), and a refused `import` or
 //! `get --from` is recorded in the manifest.
 //!
-//! The protocol is one JSON line each way; `put` streams the output's bytes
-//! after its request line, `get` streams them after its reply line. The
-//! socket is reached through `/proc/self/fd/N/`, so a run directory whose
-//! path exceeds the 108 bytes of a socket address still works.
+//! The same socket carries a sandboxed command's `runws publish` and `runws
+//! lease renew/show`: the store is out of its reach (under the hidden ROOT,
+//! or behind a URL whose password it must not see), so runws performs them
+//! with its own connection, and only for the lease runws itself took for the
+//! run (`run --lease`), held in runws's memory: another key is refused
+//! (exit 3), a fence other than the one runws was granted is refused (exit
+//! 76), and a renewal lasts at most the run's `--lease-ttl`.
+//!
+//! The protocol is one JSON line each way; `put` and `publish` stream their
+//! bytes after the request line, `get` streams them after its reply line. A
+//! request line is at most [`MAX_REQUEST`] bytes and must arrive within
+//! [`REQUEST_TIMEOUT`]; a payload to publish is at most [`MAX_PUBLISH`]
+//! bytes, read one at a time; at most [`MAX_CONNECTIONS`] calls are served at
+//! once, the next ones wait. The socket is reached through
+//! `/proc/self/fd/N/`, so a run directory whose path exceeds the 108 bytes of
+//! a socket address still works.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -34,19 +48,68 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
 use crate::guard::{Guard, Written};
 use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
+use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace::RunDir;
 
 pub const SOCKET: &str = "guard.sock";
 
+/// The longest request line, in bytes.
+pub const MAX_REQUEST: u64 = 64 * 1024;
+/// The largest payload a sandboxed command publishes, in bytes.
+pub const MAX_PUBLISH: usize = 16 << 20;
+/// Calls served at once; a further connection waits for one to end.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a caller may pause while it sends its request line or a
+/// payload to publish (a `put` streams its bytes at the command's pace).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The lease runws took for a sandboxed run, as runws holds it: the only
+/// lease the command reaches through the socket, whatever it asks for.
+pub struct RunLease {
+    /// The store's URL, password included: it never leaves runws.
+    pub url: String,
+    pub key: String,
+    pub holder: String,
+    pub token: u64,
+    pub ttl: Duration,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    Put { name: String },
-    Get { name: String, from: Option<String> },
-    Has { name: String },
-    Import { run: String, name: String },
+    Put {
+        name: String,
+    },
+    Get {
+        name: String,
+        from: Option<String>,
+    },
+    Has {
+        name: String,
+    },
+    Import {
+        run: String,
+        name: String,
+    },
     Info,
-    Claim { kind: String, value: String, repo: Option<PathBuf> },
+    Claim {
+        kind: String,
+        value: String,
+        repo: Option<PathBuf>,
+    },
+    /// The payload follows the request line, up to the end of the stream.
+    Publish {
+        key: String,
+        fence: u64,
+    },
+    LeaseRenew {
+        key: String,
+        holder: Option<String>,
+        ttl_ms: u64,
+    },
+    LeaseShow {
+        key: String,
+    },
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -81,23 +144,97 @@ impl Server {
     }
 
     /// Serves guard calls until runws exits (one thread per connection, so a
-    /// slow `put` does not hold up the others). `import` reaches only the
-    /// runs `allow_import` names (runws's own copy of `--allow-import`).
-    pub fn serve(self, run_dir: PathBuf, id: String, root: PathBuf, allow_import: Vec<String>) {
-        let allow = std::sync::Arc::new(allow_import);
+    /// slow `put` does not hold up the others, at most [`MAX_CONNECTIONS`]
+    /// at once). `import` reaches only the runs `allow_import` names
+    /// (runws's own copy of `--allow-import`); `publish` and `lease` reach
+    /// only `lease`, the run's own.
+    pub fn serve(
+        self,
+        run_dir: PathBuf,
+        id: String,
+        root: PathBuf,
+        allow_import: Vec<String>,
+        lease: Option<RunLease>,
+    ) {
+        let lease = lease.map(|grant| Leased { grant, store: Mutex::new(None) });
+        let served = Arc::new(Served { run_dir, id, root, allow: allow_import, lease });
+        let slots = Arc::new(Slots::default());
         std::thread::spawn(move || {
             let _keep = self._dir;
             for stream in self.listener.incoming().flatten() {
-                let (run_dir, id, root, allow) = (run_dir.clone(), id.clone(), root.clone(), allow.clone());
-                std::thread::spawn(move || handle(stream, &run_dir, &id, &root, &allow));
+                let slot = Slots::take(&slots);
+                let served = served.clone();
+                std::thread::spawn(move || {
+                    handle(stream, &served);
+                    drop(slot);
+                });
             }
         });
     }
 }
 
-fn handle(stream: UnixStream, run_dir: &Path, id: &str, root: &Path, allow: &[String]) {
+/// What runws knows of the run it serves: its own records, never the
+/// command's.
+struct Served {
+    run_dir: PathBuf,
+    id: String,
+    root: PathBuf,
+    allow: Vec<String>,
+    lease: Option<Leased>,
+}
+
+struct Leased {
+    grant: RunLease,
+    /// Opened at the first call; the lock also makes the calls take turns,
+    /// so one payload at a time is held in memory.
+    store: Mutex<Option<Box<dyn Store>>>,
+}
+
+impl Leased {
+    fn with_store<T>(&self, call: impl FnOnce(&mut dyn Store) -> Result<T>) -> Result<T> {
+        let mut slot = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = match slot.take() {
+            Some(s) => s,
+            None => store::open(&self.grant.url)?,
+        };
+        let store = slot.insert(store);
+        call(store.as_mut())
+    }
+}
+
+/// Counts the connections being served.
+#[derive(Default)]
+struct Slots {
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One connection's place; gives it back when dropped.
+struct Slot(Arc<Slots>);
+
+impl Slots {
+    /// Waits until fewer than [`MAX_CONNECTIONS`] are served.
+    fn take(slots: &Arc<Slots>) -> Slot {
+        let mut used = slots.used.lock().unwrap_or_else(|e| e.into_inner());
+        while *used >= MAX_CONNECTIONS {
+            used = slots.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += 1;
+        Slot(slots.clone())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut used = self.0.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+fn handle(stream: UnixStream, served: &Served) {
     let mut reader = BufReader::new(&stream);
-    let reply = answer(&mut reader, &stream, run_dir, id, root, allow);
+    let reply = answer(&mut reader, &stream, served);
     let (reply, body) = match reply {
         Ok((value, body)) => (Reply { ok: true, value, bytes: body.len() as u64, ..Reply::default() }, body),
         Err(e) => (
@@ -115,20 +252,24 @@ fn handle(stream: UnixStream, run_dir: &Path, id: &str, root: &Path, allow: &[St
 fn answer(
     reader: &mut BufReader<&UnixStream>,
     stream: &UnixStream,
-    run_dir: &Path,
-    id: &str,
-    root: &Path,
-    allow: &[String],
+    served: &Served,
 ) -> Result<(serde_json::Value, Vec<u8>)> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let peer = getsockopt(stream, PeerCredentials).ctx("cannot identify the caller on", SOCKET)?;
-    let mut line = String::new();
-    reader.read_line(&mut line).ctx("cannot read a request on", SOCKET)?;
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT)).ctx("cannot set a timeout on", SOCKET)?;
+    let mut line = Vec::new();
+    reader.by_ref().take(MAX_REQUEST).read_until(b'\n', &mut line).ctx("cannot read a request on", SOCKET)?;
+    if line.last() != Some(&b'\n') && line.len() as u64 >= MAX_REQUEST {
+        return Err(Error::Usage(format!("malformed guard request: longer than {MAX_REQUEST} bytes")));
+    }
     let req: Request =
-        serde_json::from_str(&line).map_err(|e| Error::Usage(format!("malformed guard request: {e}")))?;
+        serde_json::from_slice(&line).map_err(|e| Error::Usage(format!("malformed guard request: {e}")))?;
+    let (run_dir, id, root, allow) = (&served.run_dir, &served.id, &served.root, &served.allow);
     let guard = Guard::open_for_peer(run_dir, id, Some(root), peer.pid())?;
     Ok(match req {
         Request::Put { name } => {
+            // The output's bytes come at the command's pace.
+            stream.set_read_timeout(None).ctx("cannot set a timeout on", SOCKET)?;
             let (new, rec) = match guard.put(&name, reader)? {
                 Written::New(r) => (true, r),
                 Written::Unchanged(r) => (false, r),
@@ -158,7 +299,64 @@ fn answer(
                 (json(&guard.claim(&kind, &value, repo.as_deref())?), Vec::new())
             }
         }
+        Request::Publish { key, fence } => {
+            let leased = own_lease(served, &key)?;
+            let token = leased.grant.token;
+            if fence != token {
+                return Err(Error::UnissuedFence {
+                    key,
+                    offered: fence,
+                    why: format!("it is not this run's fence ({token})"),
+                });
+            }
+            let outcome = leased.with_store(|s| {
+                let mut payload = Vec::new();
+                reader
+                    .take(MAX_PUBLISH as u64 + 1)
+                    .read_to_end(&mut payload)
+                    .ctx("cannot read the payload on", SOCKET)?;
+                if payload.len() > MAX_PUBLISH {
+                    return Err(too_big());
+                }
+                s.publish(&key, token, &payload)
+            })?;
+            (serde_json::Value::Bool(outcome == PublishOutcome::Written), Vec::new())
+        }
+        Request::LeaseRenew { key, holder, ttl_ms } => {
+            let leased = own_lease(served, &key)?;
+            let own = &leased.grant.holder;
+            if let Some(h) = holder
+                && &h != own
+            {
+                return Err(Error::NotLeaseHolder {
+                    key,
+                    holder: h,
+                    why: format!("this run's holder is `{own}`"),
+                });
+            }
+            // Never longer than runws itself renews it for.
+            let ttl = Duration::from_millis(ttl_ms).min(leased.grant.ttl);
+            let lease = leased.with_store(|s| s.renew(&key, own, ttl))?;
+            (serde_json::Value::from(lease.token), Vec::new())
+        }
+        Request::LeaseShow { key } => {
+            (json(&own_lease(served, &key)?.with_store(|s| s.show(&key))?), Vec::new())
+        }
     })
+}
+
+/// The run's lease when `key` names it; a refusal otherwise.
+fn own_lease<'a>(served: &'a Served, key: &str) -> Result<&'a Leased> {
+    let why = match &served.lease {
+        Some(l) if l.grant.key == key => return Ok(l),
+        Some(l) => format!("its lease is `{}`", l.grant.key),
+        None => "it holds no lease (`runws run --lease KEY`)".into(),
+    };
+    Err(Error::ForeignLease { key: key.to_string(), why })
+}
+
+fn too_big() -> Error {
+    Error::Usage(format!("a payload published from a sandbox is at most {MAX_PUBLISH} bytes"))
 }
 
 fn json<T: Serialize>(v: &T) -> serde_json::Value {
@@ -176,15 +374,29 @@ fn call(run_dir: &Path, req: &Request, body: Option<&mut dyn Read>) -> Result<(s
     let mut line = serde_json::to_vec(req).map_err(|e| Error::Other(e.to_string()))?;
     line.push(b'\n');
     stream.write_all(&line).ctx("cannot send a request to", dir.join(SOCKET))?;
+    // runws may refuse before it reads the bytes, and stop reading: its
+    // reply, already sent, says why better than the broken pipe.
+    let mut sent = Ok(());
     if let Some(body) = body {
-        std::io::copy(body, &mut stream).ctx("cannot send output bytes to", dir.join(SOCKET))?;
+        sent = std::io::copy(body, &mut stream).map(drop).ctx("cannot send bytes to", dir.join(SOCKET));
     }
-    stream.shutdown(std::net::Shutdown::Write).ctx("cannot send a request to", dir.join(SOCKET))?;
+    if sent.is_ok() {
+        sent = stream.shutdown(std::net::Shutdown::Write).ctx("cannot send a request to", dir.join(SOCKET));
+    }
     let mut reader = BufReader::new(stream);
     let mut reply = String::new();
-    reader.read_line(&mut reply).ctx("cannot read the reply on", dir.join(SOCKET))?;
-    let reply: Reply = serde_json::from_str(&reply)
-        .map_err(|e| Error::NotInRun { why: format!("no valid reply from runws: {e}") })?;
+    let read = reader.read_line(&mut reply).ctx("cannot read the reply on", dir.join(SOCKET));
+    if let Err(e) = read {
+        sent?;
+        return Err(e);
+    }
+    let reply: Reply = match serde_json::from_str(&reply) {
+        Ok(r) => r,
+        Err(e) => {
+            sent?;
+            return Err(Error::NotInRun { why: format!("no valid reply from runws: {e}") });
+        }
+    };
     if !reply.ok {
         return Err(Error::Remote { code: reply.code, message: reply.error.unwrap_or_default() });
     }
@@ -228,6 +440,32 @@ pub mod client {
 
     pub fn manifest(run_dir: &Path) -> Result<Manifest> {
         decode(call(run_dir, &Request::Info, None)?.0)
+    }
+
+    /// Publishes `payload` under the run's own lease `key` with `fence`.
+    pub fn publish(run_dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
+        if payload.len() > MAX_PUBLISH {
+            return Err(too_big());
+        }
+        let req = Request::Publish { key: key.into(), fence };
+        let (v, _) = call(run_dir, &req, Some(&mut std::io::Cursor::new(payload)))?;
+        Ok(if v == serde_json::Value::Bool(true) {
+            PublishOutcome::Written
+        } else {
+            PublishOutcome::Unchanged
+        })
+    }
+
+    /// Renews the run's own lease `key`; its token.
+    pub fn lease_renew(run_dir: &Path, key: &str, holder: Option<&str>, ttl: Duration) -> Result<u64> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let req = Request::LeaseRenew { key: key.into(), holder: holder.map(String::from), ttl_ms };
+        decode(call(run_dir, &req, None)?.0)
+    }
+
+    /// What the store records for the run's own lease `key`.
+    pub fn lease_show(run_dir: &Path, key: &str) -> Result<LeaseInfo> {
+        decode(call(run_dir, &Request::LeaseShow { key: key.into() }, None)?.0)
     }
 
     pub fn claim(run_dir: &Path, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {

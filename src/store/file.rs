@@ -9,7 +9,10 @@
 //! state or the new one; a token is returned only after it is on disk, and
 //! the next grant starts from what is on disk, so no token is ever issued
 //! twice. Expiry is read from the local clock, which all the store's users
-//! share. Published payloads live in the directory sink `DIR/sink/`.
+//! share. Published payloads live in the directory sink `DIR/sink/`; a
+//! publish, to that sink or to another directory, holds the key's lock from
+//! the check of its fence against `lease.json` to the end of its write, so
+//! no grant comes in between.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -18,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use super::sink::to_json;
 use super::{
-    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
-    check_request, encode_key, not_holder, open_dir_durable, read_record, subdir_durable,
+    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_issued,
+    check_key, check_request, encode_key, not_holder, open_dir_durable, read_record, subdir_durable,
 };
 use crate::error::{Error, Result};
 use crate::fsx::Dir;
@@ -108,6 +111,23 @@ impl FileStore {
         })
     }
 
+    /// Runs `write` when `fence` is the highest token issued for `key`,
+    /// holding the key's lock throughout, so no grant on `key` comes between
+    /// the check and the write. A key never granted has no directory, and
+    /// none is made for it: a refused publish leaves nothing behind.
+    fn under_fence<T>(&self, key: &str, fence: u64, write: impl FnOnce() -> Result<T>) -> Result<T> {
+        check_key(key)?;
+        let name = encode_key(key);
+        if self.leases.lstat(&name)?.is_none() {
+            check_issued(key, fence, 0)?;
+        }
+        let dir = self.leases.sub(&name)?;
+        let _lock = dir.lock()?;
+        let issued = read_state(&dir, key)?.map_or(0, |s| s.token);
+        check_issued(key, fence, issued)?;
+        write()
+    }
+
     fn state_path(&self, key: &str) -> PathBuf {
         self.leases.join(encode_key(key)).join(STATE)
     }
@@ -169,7 +189,12 @@ impl Store for FileStore {
     }
 
     fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
-        super::publish_to_dir(&self.sink(), key, fence, payload)
+        let sink = self.sink();
+        self.under_fence(key, fence, || super::publish_to_dir(&sink, key, fence, payload))
+    }
+
+    fn publish_to(&mut self, dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
+        self.under_fence(key, fence, || super::publish_to_dir(dir, key, fence, payload))
     }
 
     fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {

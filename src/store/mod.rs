@@ -4,15 +4,24 @@
 //! ever after, which work is newest. A holder can be paused past its expiry
 //! and wake believing it still holds the lease, so safety never rests on the
 //! lease alone: every grant carries a token strictly greater than every token
-//! issued for the key before, made durable before it is returned, and a sink
-//! accepts a write only with a token at least as high as any it has seen
-//! (equal only for an identical retry). Tokens only grow, across releases,
-//! expiries, crashes and restarts of the store.
+//! issued for the key before, made durable before it is returned. Tokens only
+//! grow, across releases, expiries, crashes and restarts of the store.
+//!
+//! A sink that can see the store accepts a write only with the highest token
+//! issued for its key ([`check_issued`]: a superseded token is stale, a token
+//! never issued is refused), checked and written as one step against any
+//! grant, and, like every sink, only with a token at least as high as any it
+//! has seen published (equal only for an identical retry). A holder whose
+//! lease ran out, while nobody has taken it since, still holds the highest
+//! token and may still publish: the sink orders writes by token, as fencing
+//! tokens do, not by lease time.
 //!
 //! Two stores implement [`Store`]: [`file`], compare-and-set on the local
 //! file system for the processes of one machine, and [`postgres`], one SQL
-//! statement per decision for many machines. [`publish_to_dir`] is the sink
-//! for a plain directory.
+//! statement (or one transaction) per decision for many machines.
+//! [`publish_to_dir`] is the sink for a plain directory; on its own it knows
+//! only the fences published there, and [`Store::publish_to`] adds the
+//! store's check.
 
 pub mod file;
 pub mod postgres;
@@ -47,7 +56,7 @@ pub struct Lease {
 }
 
 /// What the store records for a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LeaseInfo {
     pub key: String,
     /// The last holder; kept after expiry until someone else takes the lease
@@ -83,9 +92,15 @@ pub trait Store: Send {
     fn release(&mut self, key: &str, holder: &str) -> Result<()>;
     fn show(&mut self, key: &str) -> Result<LeaseInfo>;
     /// Writes `payload` as the value of `key` in the store's own sink when
-    /// `fence` is above the highest fence seen for `key`, or equal with the
-    /// same bytes; [`Error::StaleFence`] otherwise.
+    /// `fence` is the highest token issued for `key` ([`check_issued`]) and
+    /// above the highest fence published for `key`, or equal with the same
+    /// bytes; [`Error::StaleFence`] or [`Error::UnissuedFence`] otherwise.
+    /// No grant on `key` comes between the check and the write.
     fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome>;
+    /// [`publish_to_dir`] into `dir`, with `fence` first checked against
+    /// this store's lease on `key` as [`Store::publish`] checks it, and no
+    /// grant on `key` between the check and the write.
+    fn publish_to(&mut self, dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome>;
     /// The fence and bytes last published for `key`.
     fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>>;
 }
@@ -113,6 +128,19 @@ pub fn open(url: &str) -> Result<Box<dyn Store>> {
         return Ok(Box::new(postgres::PgStore::connect(url)?));
     }
     Err(Error::Usage(format!("unknown store `{}`: use `file:DIR` or `postgres://...`", redact_url(url))))
+}
+
+/// Opens the store named by `url` for a check only: a store that cannot be
+/// reached or made (a server down, a directory on a read-only file system)
+/// is [`Error::StoreUnreachable`], every other failure is itself.
+pub fn reach(url: &str) -> Result<Box<dyn Store>> {
+    match open(url) {
+        Err(Error::Io { op, path, source }) => Err(Error::StoreUnreachable {
+            store: redact_url(url),
+            why: format!("{op} `{}`: {source}", path.display()),
+        }),
+        other => other,
+    }
 }
 
 /// The embedded store under ROOT.
@@ -163,6 +191,23 @@ fn check_ttl(ttl: Duration) -> Result<()> {
         return Err(Error::Usage(format!("a lease lasts more than 0 and at most 100 years, not {ttl:?}")));
     }
     Ok(())
+}
+
+/// Accepts `fence` for a write to `key` only when it is `highest`, the
+/// highest token issued for `key`: a lower one was superseded by a later
+/// grant ([`Error::StaleFence`]), a higher one, or any when nothing was ever
+/// granted (`highest` 0), was never issued ([`Error::UnissuedFence`]).
+pub fn check_issued(key: &str, fence: u64, highest: u64) -> Result<()> {
+    let why = if highest == 0 {
+        format!("no lease on `{key}` was ever granted")
+    } else if fence < highest {
+        return Err(Error::StaleFence { key: key.to_string(), offered: fence, highest, same_fence: false });
+    } else if fence > highest {
+        format!("it was never issued (the highest issued is {highest})")
+    } else {
+        return Ok(());
+    };
+    Err(Error::UnissuedFence { key: key.to_string(), offered: fence, why })
 }
 
 impl LeaseInfo {

@@ -2,7 +2,10 @@
 //!
 //! Every decision is one SQL statement, so the database's row lock makes it
 //! atomic, and its commit (with `synchronous_commit` on, which each session
-//! insists on) makes it durable before the answer comes back. Expiry is
+//! insists on) makes it durable before the answer comes back. A publish is
+//! one transaction: it reads the key's highest token with the row locked
+//! `FOR SHARE`, so a grant (which updates the row) waits until the write
+//! has committed, and writes only after the check. Expiry is
 //! judged by the database clock (`now()`), never a client's. A key's row is
 //! never deleted: release clears the holder and keeps the token, so the
 //! counter only grows, across releases and server restarts.
@@ -11,15 +14,15 @@
 //! from before it sent the request, plus the ttl: never later than the
 //! database's deadline, as long as the two clocks run at the same rate.
 
-use std::time::{Duration, SystemTime};
-
 use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use postgres::{Client, NoTls, Row, Statement};
 
 use super::{
-    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_key,
-    check_request, not_holder, redact_url,
+    Attempt, Lease, LeaseInfo, PublishOutcome, Store, acquire_with_wait, check_holder, check_issued,
+    check_key, check_request, not_holder, redact_url,
 };
 use crate::error::{Error, Result};
 
@@ -76,6 +79,10 @@ RETURNING token";
 const SHOW: &str = "
 SELECT holder, token, expires_at, holder IS NOT NULL AND expires_at <= now()
 FROM runws_leases_v1 WHERE key = $1";
+
+/// The highest token issued for a key, its row held against any grant until
+/// the transaction ends.
+const ISSUED: &str = "SELECT token FROM runws_leases_v1 WHERE key = $1 FOR SHARE";
 
 /// Writes only over a lower fence; an equal or higher one returns no row.
 const PUBLISH: &str = "
@@ -208,6 +215,37 @@ impl PgStore {
         Ok(not_holder(holder, &self.show(key)?))
     }
 
+    /// Runs `write` in one transaction when `fence` is the highest token
+    /// issued for `key`, read with the key's row locked `FOR SHARE`: a grant
+    /// on `key` waits until the transaction ends, so none comes between the
+    /// check and the write.
+    fn under_fence<T>(
+        &mut self,
+        key: &str,
+        fence: u64,
+        write: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, Failed>,
+    ) -> Result<T> {
+        check_key(key)?;
+        let shown = self.shown.clone();
+        let conn = self.conn()?;
+        let result = (|| {
+            let mut tx = conn.client.transaction().map_err(|e| Failed::Sql("begin a publish", e))?;
+            let rows = tx.query(ISSUED, &[&key]).map_err(|e| Failed::Sql("read a lease", e))?;
+            let issued = match rows.first() {
+                Some(row) => token(row.try_get(0), &shown)?,
+                None => 0,
+            };
+            check_issued(key, fence, issued)?;
+            let answer = write(&mut tx)?;
+            tx.commit().map_err(|e| Failed::Sql("commit a publish", e))?;
+            Ok(answer)
+        })();
+        result.map_err(|f| match f {
+            Failed::Sql(op, e) => self.failure(op, e),
+            Failed::Runws(e) => e,
+        })
+    }
+
     fn decode(&self, e: postgres::Error) -> Error {
         Error::Store { store: self.shown.clone(), op: "read a row", why: e.to_string() }
     }
@@ -260,27 +298,40 @@ impl Store for PgStore {
     }
 
     fn publish(&mut self, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
-        check_key(key)?;
-        let offered = i64::try_from(fence).map_err(|_| {
-            Error::Usage(format!("fence {fence} is above the largest this store keeps ({})", i64::MAX))
-        })?;
-        if !self.query("publish", PUBLISH, &[&key, &offered, &payload])?.is_empty() {
-            return Ok(PublishOutcome::Written);
-        }
-        let rows = self.query("read the sink", PUBLISHED_SAME, &[&key, &payload])?;
-        let Some(row) = rows.first() else {
-            return Err(Error::Store {
-                store: self.shown.clone(),
-                op: "publish",
-                why: "the row vanished".into(),
-            });
-        };
-        let highest = token(row.try_get(0), &self.shown)?;
-        let same: bool = row.try_get(1).map_err(|e| self.decode(e))?;
-        if highest == fence && same {
-            return Ok(PublishOutcome::Unchanged);
-        }
-        Err(Error::StaleFence { key: key.to_string(), offered: fence, highest, same_fence: highest == fence })
+        let shown = self.shown.clone();
+        self.under_fence(key, fence, |tx| {
+            // Issued, so within the column's range.
+            let offered = i64::try_from(fence).unwrap_or(i64::MAX);
+            let written =
+                tx.query(PUBLISH, &[&key, &offered, &payload]).map_err(|e| Failed::Sql("publish", e))?;
+            if !written.is_empty() {
+                return Ok(PublishOutcome::Written);
+            }
+            let rows =
+                tx.query(PUBLISHED_SAME, &[&key, &payload]).map_err(|e| Failed::Sql("read the sink", e))?;
+            let Some(row) = rows.first() else {
+                return Err(Failed::Runws(Error::Store {
+                    store: shown.clone(),
+                    op: "publish",
+                    why: "the row vanished".into(),
+                }));
+            };
+            let highest = token(row.try_get(0), &shown)?;
+            let same: bool = row.try_get(1).map_err(|e| Failed::Sql("read a row", e))?;
+            if highest == fence && same {
+                return Ok(PublishOutcome::Unchanged);
+            }
+            Err(Failed::Runws(Error::StaleFence {
+                key: key.to_string(),
+                offered: fence,
+                highest,
+                same_fence: highest == fence,
+            }))
+        })
+    }
+
+    fn publish_to(&mut self, dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
+        self.under_fence(key, fence, |_| Ok(super::publish_to_dir(dir, key, fence, payload)?))
     }
 
     fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
@@ -292,6 +343,19 @@ impl Store for PgStore {
         let fence = token(row.try_get(0), &self.shown)?;
         let payload: Vec<u8> = row.try_get(1).map_err(|e| self.decode(e))?;
         Ok(Some((fence, payload)))
+    }
+}
+
+/// Why a step of a transaction failed: a statement (mapped once the
+/// connection is free again), or a decision of runws's.
+enum Failed {
+    Sql(&'static str, postgres::Error),
+    Runws(Error),
+}
+
+impl From<Error> for Failed {
+    fn from(e: Error) -> Failed {
+        Failed::Runws(e)
     }
 }
 

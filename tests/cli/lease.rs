@@ -41,131 +41,233 @@ fn wait_for(p: &Path) {
     panic!("{} never appeared", p.display());
 }
 
-/// Kleppmann's scenario: A holds the lease, is paused past its ttl, B takes
-/// the lease and publishes; A wakes and publishes with its old token: the
-/// sink refuses it and keeps B's bytes.
+/// `runws publish KEY [--fence N] [--to DIR]` with `bytes` on stdin.
+fn publish(env: &Env, store: &Option<String>, key: &str, fence: u64, to: Option<&Path>, bytes: &[u8]) -> Out {
+    let fence = fence.to_string();
+    let mut args = vec!["publish", key, "-", "--fence", &fence, "-v"];
+    let to = to.map(|d| d.display().to_string());
+    if let Some(d) = &to {
+        args.extend(["--to", d]);
+    }
+    let mut c = with_store(env, store, &args);
+    c.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    Out::from(child.wait_with_output().unwrap())
+}
+
+fn acquire(env: &Env, store: &Option<String>, key: &str, holder: &str, ttl: &str) -> u64 {
+    let out = Out::from(
+        with_store(env, store, &["lease", "acquire", key, "--holder", holder, "--ttl", ttl])
+            .output()
+            .unwrap(),
+    );
+    out.ok();
+    out.stdout.trim().parse().unwrap()
+}
+
+/// Polls `lease show` until the lease on `key` has run out.
+fn wait_expired(env: &Env, store: &Option<String>, key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Out::from(with_store(env, store, &["lease", "show", key, "--json"]).output().unwrap());
+        out.ok();
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        if v["expired"] == true {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the lease `{key}` never expired: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What the sink holds for `key`: the file in `--to DIR`, else the store's
+/// own sink read back through an idempotent publish of the expected bytes.
+fn assert_published(
+    env: &Env,
+    store: &Option<String>,
+    key: &str,
+    to: Option<&Path>,
+    fence: u64,
+    bytes: &str,
+) {
+    match to {
+        Some(dir) => {
+            let name = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .find(|n| !n.starts_with('.'))
+                .unwrap();
+            assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), bytes);
+        }
+        None => {
+            publish(env, store, key, fence, None, bytes.as_bytes()).ok().stderr_has("unchanged");
+        }
+    }
+}
+
+/// Kleppmann's scenario, both ways: A holds the lease, is paused past its
+/// ttl, B takes the lease; A wakes and publishes with its old token, after
+/// B has published or before: the sink refuses it either way, and B's
+/// bytes are the ones that stay.
 #[test]
 fn a_paused_holder_is_fenced_off_at_the_sink() {
     let env = Env::new();
     for store in stores(&env) {
-        let key = fresh_key("report");
-        let day = fresh_key("day");
-        let sink = env.path(&format!("sink-{}", store.is_some()));
-        let flag = |n: &str| env.path(&format!("{n}-{}", store.is_some()));
-        // With a PostgreSQL store, publish goes to its table; else to a directory.
-        let target = if store.is_some() { String::new() } else { format!("--to '{}'", sink.display()) };
-        let script = format!(
-            r#"echo $RUNWS_FENCE > '{afence}'; touch '{up}'
-               while [ ! -e '{go}' ]; do sleep 0.02; done
-               printf from-A | runws publish '{day}' {target}; echo $? > '{code}'"#,
-            afence = flag("a.fence").display(),
-            up = flag("a.up").display(),
-            go = flag("go").display(),
-            code = flag("a.code").display(),
-        );
-        let a_id = fresh_key("a");
-        let a = with_store(
-            &env,
-            &store,
-            &["run", "--run-id", &a_id, "--lease", &key, "--lease-ttl", "0.6", "--", "sh", "-c", &script],
-        )
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-        wait_for(&flag("a.up"));
-        let t: u64 = std::fs::read_to_string(flag("a.fence")).unwrap().trim().parse().unwrap();
-        // Stop runws (no more renewals) and its command.
-        let a_pid = nix::unistd::Pid::from_raw(a.id() as i32);
-        let child_pgid = {
-            let ids = env.run_ids();
-            let id = ids
-                .iter()
-                .find(|i| i.starts_with("a-") && env.manifest(i)["status"] == "running")
-                .unwrap()
-                .clone();
-            nix::unistd::Pid::from_raw(env.manifest(&id)["child"]["pgid"].as_i64().unwrap() as i32)
-        };
-        nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        std::thread::sleep(Duration::from_millis(900));
-
-        let b = Out::from(
-            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B", "--ttl", "30s"])
-                .output()
-                .unwrap(),
-        );
-        b.ok();
-        let b_token: u64 = b.stdout.trim().parse().unwrap();
-        assert_eq!(b_token, t + 1, "tokens must grow by grant");
-        let publish = |fence: u64, bytes: &str| {
-            let mut args =
-                vec!["publish".to_string(), day.clone(), "-".into(), "--fence".into(), fence.to_string()];
-            if store.is_none() {
-                args.push("--to".into());
-                args.push(sink.display().to_string());
-            }
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut c = with_store(&env, &store, &refs);
-            c.stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            let mut child = c.spawn().unwrap();
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(bytes.as_bytes()).unwrap();
-            Out::from(child.wait_with_output().unwrap())
-        };
-        publish(b_token, "from-B").ok();
-
-        std::fs::write(flag("go"), "").unwrap();
-        nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGCONT).unwrap();
-        nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-        let a_out = Out::from(a.wait_with_output().unwrap());
-        a_out.ok().stderr_has("stale fence").stderr_has("lost the lease");
-        // The command wrote its publish's exit status before it exited.
-        let code = std::fs::read_to_string(flag("a.code")).unwrap_or_else(|e| {
-            panic!(
-                "A's status file is missing ({e})\n--- A's stdout\n{}\n--- A's stderr\n{}",
-                a_out.stdout, a_out.stderr
+        for b_first in [true, false] {
+            let tag = format!("{}-{b_first}", store.is_some());
+            let key = fresh_key("report");
+            let flag = |n: &str| env.path(&format!("{n}-{tag}"));
+            // Each store with each sink: its own, and a directory.
+            let sink = flag("sink");
+            let to = if b_first == store.is_some() { Some(sink.as_path()) } else { None };
+            let target = to.map(|d| format!("--to '{}'", d.display())).unwrap_or_default();
+            let script = format!(
+                r#"echo $RUNWS_FENCE > '{afence}'; touch '{up}'
+                   while [ ! -e '{go}' ]; do sleep 0.02; done
+                   printf from-A | runws publish '{key}' {target}; echo $? > '{code}'"#,
+                afence = flag("a.fence").display(),
+                up = flag("a.up").display(),
+                go = flag("go").display(),
+                code = flag("a.code").display(),
+            );
+            let a_id = fresh_key("a");
+            let a = with_store(
+                &env,
+                &store,
+                &["run", "--run-id", &a_id, "--lease", &key, "--lease-ttl", "0.6", "--", "sh", "-c", &script],
             )
-        });
-        assert_eq!(code.trim(), "76");
-        // The loss is on record, found by a renewal or by the check at the end.
-        assert!(env.manifest(&a_id)["lease"]["lost_at"].is_string(), "{}", env.manifest(&a_id));
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+            wait_for(&flag("a.up"));
+            let t: u64 = std::fs::read_to_string(flag("a.fence")).unwrap().trim().parse().unwrap();
+            // Stop runws (no more renewals) and its command.
+            let a_pid = nix::unistd::Pid::from_raw(a.id() as i32);
+            let child_pgid =
+                nix::unistd::Pid::from_raw(env.manifest(&a_id)["child"]["pgid"].as_i64().unwrap() as i32);
+            nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+            nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+            wait_expired(&env, &store, &key);
 
-        let read_sink = || -> String {
-            if store.is_none() {
-                let name = std::fs::read_dir(&sink)
-                    .unwrap()
-                    .map(|e| e.unwrap().file_name().into_string().unwrap())
-                    .find(|n| !n.starts_with('.'))
-                    .unwrap();
-                std::fs::read_to_string(sink.join(name)).unwrap()
-            } else {
-                String::new()
+            let b_token = acquire(&env, &store, &key, "B", "30s");
+            assert_eq!(b_token, t + 1, "tokens must grow by grant");
+            if b_first {
+                publish(&env, &store, &key, b_token, to, b"from-B").ok();
             }
-        };
-        if store.is_none() {
-            assert_eq!(read_sink(), "from-B");
+
+            std::fs::write(flag("go"), "").unwrap();
+            nix::sys::signal::killpg(child_pgid, nix::sys::signal::Signal::SIGCONT).unwrap();
+            nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+            let a_out = Out::from(a.wait_with_output().unwrap());
+            a_out.ok().stderr_has("stale fence").stderr_has("lost the lease");
+            // The command wrote its publish's exit status before it exited.
+            let code = std::fs::read_to_string(flag("a.code")).unwrap_or_else(|e| {
+                panic!(
+                    "A's status file is missing ({e})\n--- A's stdout\n{}\n--- A's stderr\n{}",
+                    a_out.stdout, a_out.stderr
+                )
+            });
+            assert_eq!(code.trim(), "76", "{tag}: A's stale publish was accepted\n{}", a_out.stderr);
+            // The loss is on record, found by a renewal or by the check at the end.
+            assert!(env.manifest(&a_id)["lease"]["lost_at"].is_string(), "{}", env.manifest(&a_id));
+            if !b_first {
+                publish(&env, &store, &key, b_token, to, b"from-B").ok().stderr_has("published");
+            }
+            assert_published(&env, &store, &key, to, b_token, "from-B");
+            publish(&env, &store, &key, b_token, to, b"other bytes")
+                .code(76)
+                .one_line_error()
+                .stderr_has("stale fence");
+            publish(&env, &store, &key, b_token, to, b"from-B").ok();
+            publish(&env, &store, &key, t, to, b"from-A again").code(76);
+            // The holder may release; a stranger may not.
+            with_store(&env, &store, &["lease", "release", &key, "--holder", "stranger"])
+                .output()
+                .map(Out::from)
+                .unwrap()
+                .code(75);
+            with_store(&env, &store, &["lease", "release", &key, "--holder", "B"])
+                .output()
+                .map(Out::from)
+                .unwrap()
+                .ok();
         }
-        publish(b_token, "other bytes").code(76).one_line_error().stderr_has("stale fence");
-        publish(b_token, "from-B").ok();
-        publish(t, "from-A again").code(76);
-        publish(b_token + 1, "from-C").ok();
-        if store.is_none() {
-            assert_eq!(read_sink(), "from-C");
-        }
-        // The holder may release; a stranger may not.
-        with_store(&env, &store, &["lease", "release", &key, "--holder", "stranger"])
-            .output()
-            .map(Out::from)
-            .unwrap()
-            .code(75);
-        with_store(&env, &store, &["lease", "release", &key, "--holder", "B"])
-            .output()
-            .map(Out::from)
-            .unwrap()
-            .ok();
     }
+}
+
+/// A fence the store never issued is refused, whether nobody ever held the
+/// key or its holder has a lower token, and refusing it leaves the real
+/// holder free to publish. Within the store's reach the highest token
+/// issued is what counts: it still publishes after its lease ran out or was
+/// released, until the next grant; tokens never go back.
+#[test]
+fn a_fence_never_issued_is_refused_and_locks_nobody_out() {
+    let env = Env::new();
+    for store in stores(&env) {
+        for to in [None, Some(env.path(&format!("forged-sink-{}", store.is_some())))] {
+            let to = to.as_deref();
+            let key = fresh_key("forged");
+            publish(&env, &store, &key, 1_000_000, to, b"forged")
+                .code(76)
+                .one_line_error()
+                .stderr_has("was ever granted");
+            publish(&env, &store, &key, 1, to, b"forged").code(76);
+            let t = acquire(&env, &store, &key, "A", "0.5");
+            assert_eq!(t, 1);
+            publish(&env, &store, &key, t + 1, to, b"forged")
+                .code(76)
+                .one_line_error()
+                .stderr_has("never issued (the highest issued is 1)");
+            publish(&env, &store, &key, 1_000_000, to, b"forged").code(76);
+            publish(&env, &store, &key, t, to, b"real").ok().stderr_has("published");
+            assert_published(&env, &store, &key, to, t, "real");
+            // Expired, and nobody took it since: still the highest token.
+            wait_expired(&env, &store, &key);
+            publish(&env, &store, &key, t, to, b"real").ok().stderr_has("unchanged");
+            let t2 = acquire(&env, &store, &key, "B", "30s");
+            assert_eq!(t2, t + 1);
+            with_store(&env, &store, &["lease", "release", &key, "--holder", "B"])
+                .output()
+                .map(Out::from)
+                .unwrap()
+                .ok();
+            // Released: the next grant still counts on, and B's token stays
+            // the highest until then.
+            publish(&env, &store, &key, t2, to, b"after release").ok().stderr_has("published");
+            publish(&env, &store, &key, t, to, b"real").code(76).stderr_has("stale fence");
+            assert_published(&env, &store, &key, to, t2, "after release");
+            assert_eq!(acquire(&env, &store, &key, "C", "30s"), t2 + 1);
+            publish(&env, &store, &key, t2, to, b"late").code(76).stderr_has("stale fence");
+            if to.is_some() {
+                assert_published(&env, &store, &key, to, t2, "after release");
+            }
+        }
+    }
+    // Nothing is left behind for a refused key in the file store.
+    let leases = env.root.join("store/leases");
+    let refused = fresh_key("never");
+    publish(&env, &None, &refused, 7, None, b"x").code(76);
+    assert!(!leases.join(&refused).exists());
+}
+
+/// `--to DIR` with the store out of reach checks only the fences published
+/// in DIR, and says so.
+#[test]
+fn publish_to_a_dir_without_the_store_checks_only_the_published_fences() {
+    let env = Env::new();
+    let store = Some("postgres://runws:not-a-password@127.0.0.1:1/none".to_string());
+    let sink = env.path("offline-sink");
+    publish(&env, &store, "k", 5, Some(&sink), b"five")
+        .ok()
+        .stderr_has("warning: cannot reach the store")
+        .stderr_has("checked only against the fences published");
+    publish(&env, &store, "k", 4, Some(&sink), b"four").code(76).stderr_has("highest seen 5");
+    assert_published(&env, &store, "k", Some(&sink), 5, "five");
+    assert!(!publish(&env, &store, "k", 6, Some(&sink), b"six").stderr.contains("not-a-password"));
 }
 
 #[test]
@@ -245,7 +347,7 @@ fn contenders_take_turns_and_tokens_only_grow() {
         let sink = env.path(&format!("sink-contended-{}", store.is_some()));
         let script = format!(
             r#"s=$(date +%s%N); sleep 0.0$(( $$ % 5 )); e=$(date +%s%N)
-               printf "$RUNWS_FENCE" | runws publish k --to '{sink}' || exit 9
+               printf "$RUNWS_FENCE" | runws publish "$RUNWS_LEASE_KEY" --to '{sink}' || exit 9
                echo "$RUNWS_FENCE $s $e" >> '{log}'"#,
             sink = sink.display(),
             log = log.display()

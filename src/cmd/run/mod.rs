@@ -240,7 +240,16 @@ fn run_in(
     // --- sandbox: guard calls from inside reach runws over the run's socket
     // (listening already: a call made before this thread runs waits for it).
     if let Some(broker) = isolated.as_mut().and_then(|s| s.broker.take()) {
-        broker.serve(run.path().to_path_buf(), id.clone(), root.clone(), args.allow_import.clone());
+        // The run's lease as runws took it: all a sandboxed command's
+        // `publish` and `lease` calls can reach.
+        let leased = lease.as_ref().map(|l| sandbox::broker::RunLease {
+            url: l.url.clone(),
+            key: l.key.clone(),
+            holder: l.holder.clone(),
+            token: l.token,
+            ttl: l.ttl,
+        });
+        broker.serve(run.path().to_path_buf(), id.clone(), root.clone(), args.allow_import.clone(), leased);
     }
     // --- end sandbox
     // While the command starts on another core: the temp file of the final
@@ -410,10 +419,14 @@ fn prepare(
     let mut env = envbuild::build(&paths, grants)?;
     if let Some((key, token, store_url)) = fence {
         // The command publishes with this token, so it must reach the same
-        // store the token came from (the URL's value is never recorded).
-        for (name, value) in
-            [("RUNWS_FENCE", token.to_string()), ("RUNWS_LEASE_KEY", key), ("RUNWS_STORE", store_url)]
-        {
+        // store the token came from (the URL's value is never recorded). A
+        // sandboxed command reaches it through runws instead, and never sees
+        // the URL, whose password it could otherwise read.
+        let mut vars = vec![("RUNWS_FENCE", token.to_string()), ("RUNWS_LEASE_KEY", key)];
+        if isolation.is_none() {
+            vars.push(("RUNWS_STORE", store_url));
+        }
+        for (name, value) in vars {
             env.vars.insert(name.into(), value.into());
             env.record.push(crate::manifest::EnvRecord {
                 name: name.into(),

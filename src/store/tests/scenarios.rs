@@ -83,6 +83,9 @@ pub(super) fn kleppmann_paused_holder_is_fenced(f: &dyn Fixture) {
     std::thread::sleep(SHORT + Duration::from_millis(100));
     let lease_b = b.acquire(&key, "B", LONG, Duration::ZERO).unwrap();
     assert_eq!(lease_b.token, t + 1);
+    // A wakes before B has published: B's grant alone makes A's token stale.
+    assert_stale(a.publish(&key, t, b"from A").unwrap_err(), t, t + 1);
+    assert_eq!(a.read_published(&key).unwrap(), None);
     assert_eq!(b.publish(&key, t + 1, b"from B").unwrap(), PublishOutcome::Written);
 
     let e = a.publish(&key, t, b"from A").unwrap_err();
@@ -95,9 +98,21 @@ pub(super) fn kleppmann_paused_holder_is_fenced(f: &dyn Fixture) {
     assert_stale(e, t + 1, t + 1);
     assert_eq!(a.publish(&key, t + 1, b"from B").unwrap(), PublishOutcome::Unchanged);
     assert_eq!(b.read_published(&key).unwrap(), Some((t + 1, b"from B".to_vec())));
-    assert_eq!(a.publish(&key, t + 2, b"newer").unwrap(), PublishOutcome::Written);
+    // A token nobody was granted is refused, and locks nobody out.
+    for forged in [t + 2, 1_000_000, u64::MAX] {
+        let e = a.publish(&key, forged, b"forged").unwrap_err();
+        assert!(matches!(e, Error::UnissuedFence { .. }), "{e}");
+        assert_eq!(e.exit_code(), crate::exit::STALE_FENCE);
+    }
+    let never = f.key("never granted");
+    assert!(matches!(a.publish(&never, 1, b"forged"), Err(Error::UnissuedFence { .. })));
+    assert_eq!(b.read_published(&key).unwrap(), Some((t + 1, b"from B".to_vec())));
+    b.release(&key, "B").unwrap();
+    let c = a.acquire(&key, "C", LONG, Duration::ZERO).unwrap().token;
+    assert_eq!(c, t + 2, "tokens count on across a release");
+    assert_eq!(a.publish(&key, c, b"newer").unwrap(), PublishOutcome::Written);
     assert_eq!(b.read_published(&key).unwrap(), Some((t + 2, b"newer".to_vec())));
-    assert_eq!(b.read_published(&f.key("never published")).unwrap(), None);
+    assert_eq!(b.read_published(&never).unwrap(), None);
 }
 
 pub(super) fn wait_takes_over_after_expiry(f: &dyn Fixture) {
