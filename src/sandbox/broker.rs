@@ -262,8 +262,10 @@ fn answer(
     if line.last() != Some(&b'\n') && line.len() as u64 >= MAX_REQUEST {
         return Err(Error::Usage(format!("malformed guard request: longer than {MAX_REQUEST} bytes")));
     }
-    let req: Request =
-        serde_json::from_slice(&line).map_err(|e| Error::Usage(format!("malformed guard request: {e}")))?;
+    let req: Request = serde_json::from_slice(&line).map_err(|e| {
+        // The message can quote the request: shown escaped, on one line.
+        Error::Usage(format!("malformed guard request: {}", crate::shown::text(&e.to_string())))
+    })?;
     let (run_dir, id, root, allow) = (&served.run_dir, &served.id, &served.root, &served.allow);
     let guard = Guard::open_for_peer(run_dir, id, Some(root), peer.pid())?;
     Ok(match req {
@@ -352,7 +354,7 @@ fn own_lease<'a>(served: &'a Served, key: &str) -> Result<&'a Leased> {
         Some(l) => format!("its lease is `{}`", l.grant.key),
         None => "it holds no lease (`runws run --lease KEY`)".into(),
     };
-    Err(Error::ForeignLease { key: key.to_string(), why })
+    Err(Error::ForeignLease { key: crate::shown::text(key), why })
 }
 
 fn too_big() -> Error {
