@@ -191,6 +191,12 @@ impl RunDir {
         Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
     }
 
+    /// Removes a run directory this runws has just created, before any
+    /// command ran in it (a run it could not record).
+    pub fn discard(&self) -> Result<()> {
+        runs_dir(&self.root, false)?.remove_tree(&self.id).map(drop)
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
