@@ -93,7 +93,8 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         .arg(root)
         .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
         .arg("--timeout")
-        .arg(format!("{}ms", opts.timeout.as_millis().max(1)))
+        // 0 is no timeout, in `runws run` as here.
+        .arg(format!("{}ms", opts.timeout.as_millis()))
         .arg("--cwd")
         .arg(&work)
         .arg("--")

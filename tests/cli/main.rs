@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod absurd_values;
 mod allow_import;
 mod audit;
 mod bad_input;

@@ -100,7 +100,7 @@ pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyho
 }
 
 fn run_in(
-    args: RunArgs,
+    mut args: RunArgs,
     root: Option<&Path>,
     store: Option<&str>,
     isolation: Option<sandbox::Options>,
@@ -113,6 +113,8 @@ fn run_in(
         }
         None => workspace::new_run_id()?,
     };
+    // `--timeout 0` is no timeout at all, as for `timeout(1)`.
+    args.timeout = args.timeout.filter(|t| !t.is_zero());
     if args.lease_ttl < Duration::from_millis(30) {
         return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
     }
