@@ -26,6 +26,14 @@ use crate::error::{Error, IoContext, Result};
 /// Longest name accepted for outputs and other single path components.
 pub const MAX_NAME_BYTES: usize = 200;
 
+/// Creates `path` and each missing parent with mode 0700: what runws
+/// creates (ROOT, its `runs/`, `store/`, `archive/`, lanes) is private to
+/// its user. A directory that exists keeps its mode.
+pub fn create_private_dirs(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
 /// Checks that `name` is one plain path component: not empty, not `.` or
 /// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
 pub fn check_name(name: &str) -> Result<()> {

@@ -115,7 +115,7 @@ pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
     if create
         && matches!(&opened, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
     {
-        std::fs::create_dir_all(&runs).ctx("cannot create", &runs)?;
+        crate::fsx::create_private_dirs(&runs).ctx("cannot create", &runs)?;
         return Dir::open(&runs);
     }
     match opened {
@@ -149,7 +149,9 @@ impl RunDir {
         check_run_id(id)?;
         let runs = runs_dir(root, true)?;
         let path = runs.join(id);
-        match runs.mkdir(id, 0o755) {
+        // Private to its user: inputs, outputs, logs and the record are
+        // nobody else's to read (see the README on sharing a run).
+        match runs.mkdir(id, 0o700) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(Error::RunExists { path });

@@ -53,7 +53,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     }
     let sha = crate::restore::verify(kit)?;
     let reviews = root.join("restores");
-    std::fs::create_dir_all(&reviews).ctx("cannot create", &reviews)?;
+    crate::fsx::create_private_dirs(&reviews).ctx("cannot create", &reviews)?;
     let tmp = tempfile::Builder::new()
         .prefix("review-")
         .tempdir_in(&reviews)

@@ -18,6 +18,7 @@ mod lane;
 mod lease;
 mod listing;
 mod ports;
+mod privacy;
 mod reap;
 mod reap_git;
 mod reap_procs;
