@@ -542,11 +542,20 @@ pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Resul
 pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
     let lock = dir.lock()?;
     let mut m = read_settled(dir, &lock)?;
+    // Room in the final record for what the change adds, before the change
+    // makes anything (an output it renames into place): on a full disk the
+    // call fails having changed nothing.
+    grow_reservation(dir, m.to_json().len() + ENTRY_ROOM)?;
     let value = change(&mut m)?;
-    grow_reservation(dir, m.to_json().len())?;
-    write(dir, &m, durable)?;
+    let bytes = m.to_json();
+    let _ = grow_reservation(dir, bytes.len());
+    dir.write_atomic(MANIFEST, &bytes, 0o644, durable)?;
     Ok(value)
 }
+
+/// Room for the entry one change of the guard's adds (an output, an
+/// import, a claim, a refusal), reserved before the change.
+const ENTRY_ROOM: usize = 16 << 10;
 
 /// Room the final record has beyond the record it grows from: the end of
 /// the run (its status, times, error), a lease's loss, and the bounded list

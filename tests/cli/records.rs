@@ -152,31 +152,7 @@ fn runws_killed_at_any_moment_on_a_full_disk_leaves_a_readable_record() {
     let Some(_disk) = SmallDisk::mount(&env.root, "4m", "killed_on_a_full_disk") else { return };
     let script = "head -c 100000000 /dev/zero > \"$RUNWS_DIR/work/fill\" 2>/dev/null; exit 0";
     for i in 0..24u64 {
-        let id = format!("k{i}");
-        let mut child = env.cmd(&["run", "--run-id", &id, "--", "sh", "-c", script]).spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(3 * i));
-        let _ = child.kill();
-        let status = child.wait().unwrap();
-        let out = env.run(&["show", &id, "--json"]);
-        if status.code() == Some(125) {
-            // The command a killed runws left behind filled the disk again
-            // before this run started: refused, and nothing left.
-            assert!(!env.run_dir(&id).exists(), "iteration {i}: a refused run was left");
-        } else if status.signal().is_none() {
-            // It ended before the kill: with the command's status.
-            assert!(status.success(), "iteration {i}: runws exited {status:?}\n{}", out.stdout);
-        }
-        if out.code == Some(0) {
-            let m: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-            let s = m["status"].as_str().unwrap();
-            assert!(s == "running" || s == "succeeded", "iteration {i}: {m}");
-            if status.success() {
-                assert_eq!(s, "succeeded", "iteration {i}: runws exited 0 but the record says {m}");
-            }
-        } else {
-            assert!(!status.success(), "iteration {i}: runws exited 0 with no record: {}", out.stderr);
-        }
-        // Room again for the next run, once the command left behind by a
+        // Room for this run, once the command left behind by a
         // killed runws has stopped writing.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
@@ -188,6 +164,37 @@ fn runws_killed_at_any_moment_on_a_full_disk_leaves_a_readable_record() {
             }
             assert!(std::time::Instant::now() < deadline, "iteration {i}: the disk stayed full");
             std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let id = format!("k{i}");
+        let mut child = env.cmd(&["run", "--run-id", &id, "--", "sh", "-c", script]).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(3 * i));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let out = env.run(&["show", &id, "--json"]);
+        if status.code() == Some(125) {
+            // The command a killed runws left behind filled the disk again
+            // before this run started: refused, and nothing left, or (once
+            // its record had room) recorded as failed.
+            if env.run_dir(&id).exists() {
+                let m: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+                assert_eq!(m["status"], "failed", "iteration {i}: a refused run was left: {m}");
+                assert!(m["error"].is_string(), "iteration {i}: {m}");
+            }
+        } else if status.signal().is_none() {
+            // It ended before the kill: with the command's status.
+            assert!(status.success(), "iteration {i}: runws exited {status:?}\n{}", out.stdout);
+        }
+        if status.code() == Some(125) {
+            // Checked above.
+        } else if out.code == Some(0) {
+            let m: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+            let s = m["status"].as_str().unwrap();
+            assert!(s == "running" || s == "succeeded", "iteration {i}: {m}");
+            if status.success() {
+                assert_eq!(s, "succeeded", "iteration {i}: runws exited 0 but the record says {m}");
+            }
+        } else {
+            assert!(!status.success(), "iteration {i}: runws exited 0 with no record: {}", out.stderr);
         }
     }
 }
