@@ -26,6 +26,14 @@ use crate::error::{Error, IoContext, Result};
 /// Longest name accepted for outputs and other single path components.
 pub const MAX_NAME_BYTES: usize = 200;
 
+/// Creates `path` and each missing parent with mode 0700: what runws
+/// creates (ROOT, its `runs/`, `store/`, `archive/`, lanes) is private to
+/// its user. A directory that exists keeps its mode.
+pub fn create_private_dirs(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
 /// Checks that `name` is one plain path component: not empty, not `.` or
 /// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
 pub fn check_name(name: &str) -> Result<()> {
@@ -122,6 +130,70 @@ impl Reserved<'_> {
             self.dir.sync()?;
         }
         Ok(value)
+    }
+}
+
+impl Reserved<'_> {
+    /// Allocates disk space for the first `len` bytes of the temp file now,
+    /// without changing its size (it stays empty to every reader), so that
+    /// a later write of at most that many bytes needs no free space. A file
+    /// system that cannot allocate ahead (`EOPNOTSUPP`) reserves nothing.
+    pub fn allocate(&self, len: u64) -> Result<()> {
+        match &self.file {
+            Some(f) => allocate_ahead(f, len).ctx("cannot reserve space beside", self.dir.join(&self.name)),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Reserved::replace_with`] for bytes known in advance, written over
+    /// the space [`Reserved::allocate`] reserved: when the disk is full and
+    /// `bytes` are larger than that space, `fit` is asked for a version of
+    /// at most the reserved length, which is written instead.
+    pub fn replace_fitting(
+        mut self,
+        durable: bool,
+        bytes: &[u8],
+        fit: impl FnOnce(u64) -> Option<Vec<u8>>,
+    ) -> Result<()> {
+        let path = self.dir.join(&self.name);
+        let file = self.file.take().ok_or_else(|| Error::Other("a reserved file is written once".into()))?;
+        let reserved = fstat(file.as_fd()).map_or(0, |st| st.st_blocks.max(0) as u64 * 512);
+        let written = match write_over(&file, bytes) {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) && bytes.len() as u64 > reserved => {
+                match fit(reserved) {
+                    Some(smaller) if smaller.len() as u64 <= reserved => write_over(&file, &smaller),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        };
+        written.and_then(|()| file.sync_all()).map_err(|e| Error::io("cannot write", &path, e))?;
+        drop(file);
+        renameat(self.dir.fd.as_fd(), self.tmp.as_str(), self.dir.fd.as_fd(), self.name.as_str())
+            .ctx("cannot replace", &path)?;
+        self.placed = true;
+        if durable {
+            self.dir.sync()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` from the start of `file` and cuts it there (which also
+/// gives back whatever was allocated beyond them).
+fn write_over(file: &File, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(bytes, 0)?;
+    file.set_len(bytes.len() as u64)
+}
+
+/// `fallocate` of the first `len` bytes of `file`, keeping its size; a file
+/// system that cannot do it is not an error.
+fn allocate_ahead(file: &File, len: u64) -> io::Result<()> {
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(nix::libc::EFBIG))?;
+    match nix::fcntl::fallocate(file.as_fd(), nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len) {
+        Ok(()) | Err(Errno::EOPNOTSUPP) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -294,6 +366,28 @@ impl Dir {
             file: Some(file),
             placed: false,
         })
+    }
+
+    /// Grows the space allocated ahead for the empty temp file `name` (one
+    /// [`Dir::reserve_named`] made) to `len` bytes; nothing when it is not
+    /// there, is not an empty regular file, or was not made by this user.
+    pub fn allocate_named(&self, name: &str, len: u64) -> Result<()> {
+        let path = self.join(name);
+        let fd = match openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ELOOP | Errno::EACCES | Errno::EPERM | Errno::ENXIO) => return Ok(()),
+            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        if kind(&st) != SFlag::S_IFREG || st.st_size != 0 || st.st_uid != nix::unistd::geteuid().as_raw() {
+            return Ok(());
+        }
+        allocate_ahead(&File::from(fd), len).ctx("cannot reserve space beside", self.join(name))
     }
 
     /// Writes `name` atomically but without waiting for the disk: the temp

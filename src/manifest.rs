@@ -542,18 +542,127 @@ pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Resul
 pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
     let lock = dir.lock()?;
     let mut m = read_settled(dir, &lock)?;
+    // Room in the final record for what the change adds, before the change
+    // makes anything (an output it renames into place): on a full disk the
+    // call fails having changed nothing.
+    grow_reservation(dir, m.to_json().len() + ENTRY_ROOM)?;
     let value = change(&mut m)?;
-    write(dir, &m, durable)?;
+    let bytes = m.to_json();
+    let _ = grow_reservation(dir, bytes.len());
+    dir.write_atomic(MANIFEST, &bytes, 0o644, durable)?;
     Ok(value)
 }
 
-/// Creates the temp file of a later [`update_reserved`] and makes its
-/// directory entry durable now, so that when the update comes (a run's
-/// final record) only the file itself remains to write and sync.
-pub fn reserve(dir: &Dir) -> Result<Reserved<'_>> {
+/// Room for the entry one change of the guard's adds (an output, an
+/// import, a claim, a refusal), reserved before the change.
+const ENTRY_ROOM: usize = 16 << 10;
+
+/// Room the final record has beyond the record it grows from: the end of
+/// the run (its status, times, error), a lease's loss, and the bounded list
+/// of restorations runws adds. Every write of the guard's, while the run
+/// lives, grows the reservation to the new record plus this much.
+pub const FINAL_ROOM: u64 = 128 << 10;
+
+/// The field that says what was cut from a final record that did not fit
+/// its reserved space on a full disk: each list, and how many entries.
+pub const TRUNCATED: &str = "truncated";
+
+/// Creates the temp file of a later [`update_reserved`], with disk space
+/// allocated for a record as large as `m` plus [`FINAL_ROOM`]: the end of
+/// the run is then recorded even when the command has filled the disk.
+/// The caller makes its directory entry durable with
+/// [`Reserved::sync_entry`], so that when the update comes (a run's final
+/// record) only the file itself remains to write and sync.
+pub fn reserve<'a>(dir: &'a Dir, m: &Manifest) -> Result<Reserved<'a>> {
     let slot = dir.reserve_named(MANIFEST, FINAL_TEMP, 0o644)?;
-    slot.sync_entry()?;
+    slot.allocate(m.to_json().len() as u64 + FINAL_ROOM)?;
     Ok(slot)
+}
+
+/// Grows the final record's reservation (when the run has one) to a record
+/// of `len` bytes: what the guard recorded then fits it too.
+fn grow_reservation(dir: &Dir, len: usize) -> Result<()> {
+    dir.allocate_named(FINAL_TEMP, len as u64 + FINAL_ROOM)
+}
+
+/// Writes `m` through `slot`: when the disk is full and the record has
+/// outgrown the space reserved for it, it is cut to fit ([`fitted`]).
+/// Returns the bytes written, and whether they were cut.
+pub fn write_reserved(slot: Reserved<'_>, m: &Manifest, durable: bool) -> Result<(Vec<u8>, bool)> {
+    let bytes = m.to_json();
+    let mut cut = None;
+    slot.replace_fitting(durable, &bytes, |cap| {
+        let smaller = fitted(m, cap);
+        cut.clone_from(&smaller);
+        smaller
+    })?;
+    Ok(match cut {
+        Some(smaller) => (smaller, true),
+        None => (bytes, false),
+    })
+}
+
+/// `m` serialised in at most `cap` bytes, or `None` when even runws's own
+/// fields do not fit: the lists the run filled in (outputs, imports,
+/// claims, refusals, restorations) lose entries from their ends, the
+/// largest list first, and the record says so under [`TRUNCATED`] (each
+/// list and how many entries went); then other fields not runws's own.
+pub fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
+    let mut m = m.clone();
+    let mut cut: std::collections::BTreeMap<String, u64> = Default::default();
+    loop {
+        if !cut.is_empty() {
+            m.extra.insert(TRUNCATED.into(), serde_json::to_value(&cut).unwrap_or_default());
+        }
+        let bytes = m.to_json();
+        let excess = (bytes.len() as u64).saturating_sub(cap);
+        if excess == 0 {
+            return Some(bytes);
+        }
+        let lens = [
+            ("outputs", m.outputs.len()),
+            ("inputs", m.inputs.iter().filter(|i| i.from_run.is_some()).count()),
+            ("claims", m.claims.iter().filter(|c| !c.made_by_runws).count()),
+            ("refused", m.extra.get("refused").and_then(|v| v.as_array()).map_or(0, Vec::len)),
+            (owned::RESTORED, m.extra.get(owned::RESTORED).and_then(|v| v.as_array()).map_or(0, Vec::len)),
+        ];
+        let Some(&(list, n)) = lens.iter().filter(|(_, n)| *n > 0).max_by_key(|(_, n)| *n) else {
+            // No list left to cut: fields of other parts of runws go whole.
+            let other = m.extra.keys().find(|k| !owned::is_owned(k) && *k != TRUNCATED).cloned()?;
+            m.extra.remove(&other);
+            *cut.entry(other).or_default() += 1;
+            continue;
+        };
+        // Cut about as many entries as the excess holds, at least one.
+        let each = (bytes.len() / (n + 1)).max(1) as u64;
+        let k = (excess.div_ceil(each) as usize).clamp(1, n);
+        match list {
+            "outputs" => m.outputs.truncate(n - k),
+            "inputs" => {
+                let mut left = k;
+                while left > 0 {
+                    let Some(i) = m.inputs.iter().rposition(|i| i.from_run.is_some()) else { break };
+                    m.inputs.remove(i);
+                    left -= 1;
+                }
+                m.input_fingerprint = crate::fingerprint::combine(&m.inputs);
+            }
+            "claims" => {
+                let mut left = k;
+                while left > 0 {
+                    let Some(i) = m.claims.iter().rposition(|c| !c.made_by_runws) else { break };
+                    m.claims.remove(i);
+                    left -= 1;
+                }
+            }
+            key => {
+                if let Some(a) = m.extra.get_mut(key).and_then(|v| v.as_array_mut()) {
+                    a.truncate(n - k);
+                }
+            }
+        }
+        *cut.entry(list.to_string()).or_default() += k as u64;
+    }
 }
 
 /// [`update`], durable, through a temp file made by [`reserve`]: a run's
@@ -571,7 +680,6 @@ pub fn update_reserved<T>(
     // The temp file is this slot's own (still empty): no need to look at it.
     let mut m = read_named(dir, MANIFEST)?;
     let value = change(&mut m)?;
-    let bytes = m.to_json();
-    slot.replace_with(false, |f| std::io::Write::write_all(f, &bytes))?;
+    write_reserved(slot, &m, false)?;
     Ok(value)
 }

@@ -100,7 +100,7 @@ fn open_ledger(path: &Path) -> Result<File> {
     match open() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).ctx("cannot create the port ledger's directory", dir)?;
+                crate::fsx::create_private_dirs(dir).ctx("cannot create the port ledger's directory", dir)?;
             }
             open()
         }

@@ -115,7 +115,7 @@ pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
     if create
         && matches!(&opened, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
     {
-        std::fs::create_dir_all(&runs).ctx("cannot create", &runs)?;
+        crate::fsx::create_private_dirs(&runs).ctx("cannot create", &runs)?;
         return Dir::open(&runs);
     }
     match opened {
@@ -149,7 +149,9 @@ impl RunDir {
         check_run_id(id)?;
         let runs = runs_dir(root, true)?;
         let path = runs.join(id);
-        match runs.mkdir(id, 0o755) {
+        // Private to its user: inputs, outputs, logs and the record are
+        // nobody else's to read (see the README on sharing a run).
+        match runs.mkdir(id, 0o700) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(Error::RunExists { path });
@@ -189,6 +191,12 @@ impl RunDir {
         }
         let dir = runs.sub(id)?;
         Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
+    }
+
+    /// Removes a run directory this runws has just created, before any
+    /// command ran in it (a run it could not record).
+    pub fn discard(&self) -> Result<()> {
+        runs_dir(&self.root, false)?.remove_tree(&self.id).map(drop)
     }
 
     pub fn path(&self) -> &Path {

@@ -43,7 +43,7 @@ pub fn add(repo: &Path, path: &Path, branch: &str, base: &str, locks: &Path) -> 
     for p in git::remove_planted(Path::new(&common)) {
         eprintln!("runws: warning: removed `{}` from `{common}`: a run left it there", p.display());
     }
-    std::fs::create_dir_all(locks).ctx("cannot create", locks)?;
+    crate::fsx::create_private_dirs(locks).ctx("cannot create", locks)?;
     let lock_path = locks.join(format!("git-{}", &hex(&sha2::Sha256::digest(common.as_bytes()))[..16]));
     let lock_file = std::fs::OpenOptions::new()
         .create(true)

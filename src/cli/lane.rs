@@ -46,8 +46,8 @@ the claim, and after a `return` stamp.")]
         /// Also copy the command's stdout and stderr into the lane's logs/
         #[arg(long)]
         capture: bool,
-        /// SIGTERM to the command's process group after DUR; exit 124
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+        /// SIGTERM to the command's process group after DUR; exit 124 (0: no timeout)
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true)]
         timeout: Option<std::time::Duration>,
         /// Copy KEY from the environment (the value is never recorded)
         #[arg(long = "pass", value_name = "KEY")]
@@ -76,8 +76,8 @@ The result (pass or fail, the kit's sha256, eval's exit code, the run id) is rec
 card. Exit 0 when eval passed, 93 when it failed.")]
     Review {
         kit: PathBuf,
-        /// Time allowed for replay/eval.sh
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "10m")]
+        /// Time allowed for replay/eval.sh (0: no limit)
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "10m")]
         timeout: std::time::Duration,
         /// Keep the restored copy and print where it is
         #[arg(long)]
@@ -121,7 +121,7 @@ lane directory without following symlinks.")]
         #[arg(long, value_name = "NAME")]
         resetter: String,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "2s")]
         grace: std::time::Duration,
     },
 

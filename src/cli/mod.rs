@@ -46,7 +46,8 @@ pub enum Command {
         long_about = "Run COMMAND once, in a fresh run directory ROOT/runs/<run_id>/, with an \
 environment built from empty. The command's cwd is the run's work/ directory; a relative COMMAND \
 path is resolved from where runws was started.",
-        after_help = "Examples:\n  runws run -- ./nightly.sh\n  runws run --job report --input data.csv \
+        after_help = "Durations (DUR) are 90s, 10m, 1h30m, 500ms or seconds, at most 1000000000s \
+(about 31 years); sizes at most 1PiB.\n\nExamples:\n  runws run -- ./nightly.sh\n  runws run --job report --input data.csv \
 --timeout 10m --capture -- python3 make_report.py\n  runws run --ports 2 --pass AWS_PROFILE -- ./server.sh"
     )]
     Run(Box<RunArgs>),
@@ -150,7 +151,7 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
         dry_run: bool,
         /// Also remove whole finished or abandoned runs older than DUR (each torn
         /// down first, and kept when that fails)
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true)]
         keep: Option<std::time::Duration>,
         /// Keep claimed branches (worktrees are still removed)
         #[arg(long)]
@@ -160,7 +161,7 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
         #[arg(long)]
         drop_unmerged: bool,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "2s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "2s")]
         grace: std::time::Duration,
         #[arg(long)]
         json: bool,
@@ -309,9 +310,9 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
         /// Who holds it (default: HOST:PPID, the calling shell)
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
         ttl: std::time::Duration,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "0s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "0s")]
         wait: std::time::Duration,
     },
     /// Extend the lease the holder has; the token stays the same
@@ -323,7 +324,7 @@ the run's own lease for the command, for at most the run's --lease-ttl.")]
         /// Who holds it [default: the run's holder, inside `run --lease KEY`]
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
         ttl: std::time::Duration,
     },
     /// Give the lease up (only its holder can)
@@ -353,13 +354,13 @@ pub struct SealArgs {
     #[arg(long = "include", value_name = "DIR")]
     pub include: Vec<String>,
     /// Most bytes of file content to pack
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::duration::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::duration::parse_size, allow_negative_numbers = true)]
     pub max_bytes: u64,
     /// Most entries to pack
     #[arg(long, value_name = "N", default_value_t = 50_000)]
     pub max_files: u64,
     /// Time for the seal and, if it fails, the quarantine together
-    #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse)]
+    #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub deadline: std::time::Duration,
 }
 
@@ -416,16 +417,16 @@ pub struct RunArgs {
     #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
     pub allow_import: Vec<String>,
 
-    /// Send SIGTERM to the command's process group after DUR; exit 124
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+    /// Send SIGTERM to the command's process group after DUR; exit 124 (0: no timeout)
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub timeout: Option<std::time::Duration>,
 
     /// After the timeout's SIGTERM, send SIGKILL when DUR more has passed
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, requires = "timeout")]
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, requires = "timeout")]
     pub kill_after: Option<std::time::Duration>,
 
-    /// How long the run's lease lasts; runws renews it every third of this
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "60s")]
+    /// How long the run's lease lasts (at least 30ms); runws renews it every third of this
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
     pub lease_ttl: std::time::Duration,
 
     /// Also write the command's stdout and stderr to logs/
@@ -450,7 +451,7 @@ pub struct RunArgs {
     pub lease: Option<String>,
 
     /// How long to wait for --lease
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, default_value = "0s", requires = "lease")]
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "0s", requires = "lease")]
     pub wait: std::time::Duration,
 
     /// Seal the run after the command exits (see `runws seal --help`)

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::error::Error;
 use crate::exit;
 use crate::manifest::{self, Manifest, Status};
+use crate::shown;
 use crate::workspace::{self, RunDir};
 
 /// One line of `ls`: the manifest's summary, or why it cannot be read.
@@ -94,14 +95,16 @@ pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<
         return Ok(exit::OK);
     }
     writeln!(out, "{:<36}  {:<20}  {:<10}  {:<24}  EXIT", "RUN", "JOB", "STATUS", "STARTED")?;
+    // Every field but the status and the exit code came from a manifest
+    // the run could write: escaped, so that it cannot forge a line.
     for r in rows {
         writeln!(
             out,
             "{:<36}  {:<20}  {:<10}  {:<24}  {}",
-            r.run_id,
-            r.job.as_deref().unwrap_or("-"),
+            shown::text(&r.run_id),
+            shown::text(r.job.as_deref().unwrap_or("-")),
             r.status,
-            r.started_at.as_deref().unwrap_or("-"),
+            shown::text(r.started_at.as_deref().unwrap_or("-")),
             r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
         )?;
     }
@@ -135,11 +138,15 @@ pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<(
         writeln!(out)?;
         return out.flush();
     }
+    // Every string of the record is the run's to write (outside a
+    // sandbox): each is escaped, so none can forge a line of this summary.
+    let t = shown::text;
     let now = SystemTime::now();
-    writeln!(out, "run:       {}", m.run_id)?;
-    writeln!(out, "job:       {}", m.job)?;
-    writeln!(out, "dir:       {}", dir.display())?;
-    writeln!(out, "command:   {}", m.argv.join(" "))?;
+    writeln!(out, "run:       {}", t(&m.run_id))?;
+    writeln!(out, "job:       {}", t(&m.job))?;
+    writeln!(out, "dir:       {}", shown::os(dir.as_os_str()))?;
+    let argv: Vec<String> = m.argv.iter().map(|a| t(a)).collect();
+    writeln!(out, "command:   {}", argv.join(" "))?;
     writeln!(out, "status:    {}", shown_status(m, now))?;
     if let Some(code) = m.exit_code {
         writeln!(out, "exit:      {code}")?;
@@ -148,18 +155,22 @@ pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<(
         writeln!(out, "signal:    {sig}")?;
     }
     if let Some(e) = &m.error {
-        writeln!(out, "error:     {e}")?;
+        writeln!(out, "error:     {}", t(e))?;
     }
-    writeln!(out, "started:   {}", m.started_at)?;
+    writeln!(out, "started:   {}", t(&m.started_at))?;
     if let Some(f) = &m.finished_at {
-        writeln!(out, "finished:  {f}")?;
+        writeln!(out, "finished:  {}", t(f))?;
     }
     for p in &m.ports {
-        writeln!(out, "port:      {}={} ({})", p.var, p.port, p.host)?;
+        writeln!(out, "port:      {}={} ({})", t(&p.var), p.port, t(&p.host))?;
     }
-    writeln!(out, "inputs:    {} ({})", m.inputs.len(), m.input_fingerprint)?;
+    writeln!(out, "inputs:    {} ({})", m.inputs.len(), t(&m.input_fingerprint))?;
     for o in &m.outputs {
-        writeln!(out, "output:    {} ({} bytes, sha256:{})", o.name, o.bytes, o.sha256)?;
+        writeln!(out, "output:    {} ({} bytes, sha256:{})", t(&o.name), o.bytes, t(&o.sha256))?;
+    }
+    if let Some(cut) = m.extra.get(manifest::TRUNCATED).and_then(|v| v.as_object()) {
+        let lists: Vec<String> = cut.iter().map(|(k, n)| format!("{} ({n})", t(k))).collect();
+        writeln!(out, "truncated: {} (the disk was full)", lists.join(", "))?;
     }
     out.flush()
 }

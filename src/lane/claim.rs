@@ -39,7 +39,7 @@ pub fn claim(root: &Path, req: &ClaimRequest<'_>) -> Result<Card> {
     let name = format!("lane-{}-{}", req.ticket, initials(&[&claimant, &operator, &reviewer, &resetter]));
 
     let lanes_path = root.join("lanes");
-    std::fs::create_dir_all(&lanes_path).ctx("cannot create", &lanes_path)?;
+    crate::fsx::create_private_dirs(&lanes_path).ctx("cannot create", &lanes_path)?;
     let lanes = Dir::open(&lanes_path)?;
     if lanes.lstat(&name)?.is_some() {
         return Err(Error::LaneRefused(format!(

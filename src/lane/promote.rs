@@ -91,12 +91,12 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         )));
     }
     if let Some(parent) = worktree.parent() {
-        std::fs::create_dir_all(parent).ctx("cannot create", parent)?;
+        crate::fsx::create_private_dirs(parent).ctx("cannot create", parent)?;
     }
 
     // The approved bytes, restored and rescanned, are what gets copied.
     let restores = root.join("restores");
-    std::fs::create_dir_all(&restores).ctx("cannot create", &restores)?;
+    crate::fsx::create_private_dirs(&restores).ctx("cannot create", &restores)?;
     let tmp = tempfile::Builder::new()
         .prefix("promote-")
         .tempdir_in(&restores)
@@ -198,7 +198,7 @@ pub fn reset(root: &Path, name: &str, resetter: &str, grace: Duration) -> Result
         lane.write(&card)?;
     }
     let kits = kit_dir(root);
-    std::fs::create_dir_all(&kits).ctx("cannot create", &kits)?;
+    crate::fsx::create_private_dirs(&kits).ctx("cannot create", &kits)?;
     super::write_card(&Dir::open(&kits)?, &format!("{name}.{CARD_JSON}"), &format!("{name}.card.md"), &card)?;
     Dir::open(root.join("lanes"))?.remove_tree(name)?;
     Ok(card)

@@ -53,7 +53,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     }
     let sha = crate::restore::verify(kit)?;
     let reviews = root.join("restores");
-    std::fs::create_dir_all(&reviews).ctx("cannot create", &reviews)?;
+    crate::fsx::create_private_dirs(&reviews).ctx("cannot create", &reviews)?;
     let tmp = tempfile::Builder::new()
         .prefix("review-")
         .tempdir_in(&reviews)
@@ -93,7 +93,8 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         .arg(root)
         .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
         .arg("--timeout")
-        .arg(format!("{}ms", opts.timeout.as_millis().max(1)))
+        // 0 is no timeout, in `runws run` as here.
+        .arg(format!("{}ms", opts.timeout.as_millis()))
         .arg("--cwd")
         .arg(&work)
         .arg("--")

@@ -66,6 +66,11 @@ const OWNED: &[&str] = &[
     RESTORED,
 ];
 
+/// True for a field `runws run` alone writes.
+pub(super) fn is_owned(key: &str) -> bool {
+    OWNED.contains(&key)
+}
+
 /// How long the final record waits for the run directory's lock.
 const FINAL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -73,6 +78,23 @@ const FINAL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub const RESTORED: &str = "restored";
 /// At most this many restorations are listed; the last entry is the latest.
 const MAX_RESTORED: usize = 20;
+
+/// At most this many dropped entries are listed in one restoration, each
+/// in at most [`MAX_NOTE`] bytes: a restoration has a bounded size.
+const MAX_DROPPED: usize = 8;
+const MAX_NOTE: usize = 300;
+
+/// `s` cut to at most [`MAX_NOTE`] bytes (at a character boundary).
+fn clip(s: &str) -> String {
+    if s.len() <= MAX_NOTE {
+        return s.to_string();
+    }
+    let mut end = MAX_NOTE - 3;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
 
 /// The record of a run, as its runws last wrote it.
 pub struct Owner {
@@ -114,6 +136,8 @@ impl Owner {
         let _lock = dir.lock()?;
         let (mut m, taken_over) = self.current(dir);
         let value = change(&mut m)?;
+        // The final record grows with this one; a full disk stops neither.
+        let _ = super::grow_reservation(dir, m.to_json().len());
         super::write(dir, &m, durable)?;
         self.written(m, taken_over);
         Ok(value)
@@ -132,6 +156,7 @@ impl Owner {
         let Some(_lock) = dir.lock_within(wait)? else { return Ok(None) };
         let (mut m, taken_over) = self.current(dir);
         let value = change(&mut m)?;
+        let _ = super::grow_reservation(dir, m.to_json().len());
         super::write(dir, &m, false)?;
         self.written(m, taken_over);
         Ok(Some(value))
@@ -157,8 +182,12 @@ impl Owner {
         }
         let (mut m, taken_over) = self.current(dir);
         let value = change(&mut m)?;
-        let bytes = m.to_json();
-        slot.replace_with(false, |f| std::io::Write::write_all(f, &bytes))?;
+        // On a full disk a record that outgrew its reserved space is cut to
+        // fit (see [`super::fitted`]); what was written is runws's copy.
+        let (bytes, cut) = super::write_reserved(slot, &m, false)?;
+        if cut && let Ok(smaller) = super::parse(&bytes, &dir.join(MANIFEST)) {
+            m = smaller;
+        }
         // The slot is renamed by name, and the command can put a file of its
         // own under that name: then the record is written again, durably,
         // through a temp file of a fresh name.
@@ -285,9 +314,14 @@ impl Owner {
         entry.insert("at".into(), format_time(now).into());
         entry.insert("fields".into(), note.fields.into());
         if !note.dropped.is_empty() {
-            entry.insert("dropped".into(), note.dropped.into());
+            let more = note.dropped.len().saturating_sub(MAX_DROPPED);
+            let mut dropped: Vec<String> = note.dropped.iter().take(MAX_DROPPED).map(|d| clip(d)).collect();
+            if more > 0 {
+                dropped.push(format!("and {more} more"));
+            }
+            entry.insert("dropped".into(), dropped.into());
         }
-        if let Some(why) = note.why {
+        if let Some(why) = note.why.as_deref().map(clip) {
             entry.insert(
                 "why".into(),
                 format!("the manifest could not be read ({why}); rewritten from runws's own record").into(),

@@ -52,8 +52,16 @@ pub enum MountOp {
     /// behind an empty, read-only directory.
     Tmpfs { target: PathBuf, mode: u32, writable: bool },
     /// `source` (a file or directory tree) placed at `target`; read-only
-    /// unless `writable`, in which case it keeps its source's flags.
-    Bind { source: PathBuf, target: PathBuf, writable: bool },
+    /// unless `writable`, in which case it keeps its source's flags. With
+    /// `mapped`, id-mapped like a writable one (the run directory's own
+    /// top level: private to its owner, yet the command's to enter).
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        writable: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        mapped: bool,
+    },
     /// A file hidden behind an empty, read-only `/dev/null`.
     HideFile { target: PathBuf },
     /// `lower` (a shared cache, never written) seen at `target` through a
@@ -472,9 +480,9 @@ pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refu
     let mut prepared: Vec<Prepared> = Vec::with_capacity(ops.len());
     for op in ops {
         prepared.push(match op {
-            MountOp::Bind { source, writable, .. } => {
+            MountOp::Bind { source, writable, mapped, .. } => {
                 let tree = clone_tree(source)?;
-                if let (true, Some(ns)) = (*writable, userns) {
+                if let (true, Some(ns)) = (*writable || *mapped, userns) {
                     id_map(&tree, ns, source)?;
                 }
                 Prepared::Tree(tree)

@@ -205,7 +205,14 @@ fn layout(
     if root != Path::new("/") {
         defaults.push(MountOp::Tmpfs { target: root.to_path_buf(), mode: 0o755, writable: false });
     }
-    defaults.push(MountOp::Bind { source: run_dir.into(), target: run_dir.into(), writable: false });
+    // The run directory is its owner's alone (mode 0700): as root, the
+    // command (`nobody` to the host) enters it through an id-mapped view.
+    defaults.push(MountOp::Bind {
+        source: run_dir.into(),
+        target: run_dir.into(),
+        writable: false,
+        mapped: true,
+    });
     let mut seen: Vec<PathBuf> = Vec::new();
     defaults.retain(|op| {
         let fresh = !seen.iter().any(|t| t == op.target());
@@ -214,7 +221,7 @@ fn layout(
     });
     for sub in EVIDENCE.iter().chain(SCRATCH.iter()) {
         let p = run_dir.join(sub);
-        defaults.push(MountOp::Bind { source: p.clone(), target: p, writable: true });
+        defaults.push(MountOp::Bind { source: p.clone(), target: p, writable: true, mapped: false });
     }
 
     let mut user: Vec<MountOp> = Vec::new();
@@ -228,11 +235,11 @@ fn layout(
     }
     for p in &opts.ro {
         let c = canonical(p, "--ro", base)?;
-        user.push(MountOp::Bind { source: c.clone(), target: c, writable: false });
+        user.push(MountOp::Bind { source: c.clone(), target: c, writable: false, mapped: false });
     }
     for p in &opts.rw {
         let c = canonical(p, "--rw", base)?;
-        user.push(MountOp::Bind { source: c.clone(), target: c, writable: true });
+        user.push(MountOp::Bind { source: c.clone(), target: c, writable: true, mapped: false });
     }
     for (i, a) in user.iter().enumerate() {
         if user[..i].iter().any(|b| b.target() == a.target()) {
@@ -289,7 +296,7 @@ fn layout(
             .filter(|op| mounts::is_within(x, op.target()))
             .max_by_key(|op| op.target().components().count());
         if matches!(covering, Some(MountOp::Tmpfs { .. } | MountOp::HideFile { .. } | MountOp::Dev { .. })) {
-            ops.push(MountOp::Bind { source: x.clone(), target: x.clone(), writable: false });
+            ops.push(MountOp::Bind { source: x.clone(), target: x.clone(), writable: false, mapped: false });
         }
     }
     mounts::order(&mut ops);

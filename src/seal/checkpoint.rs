@@ -209,7 +209,7 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
 /// name is taken or the directory cannot be made.
 pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Finding>) -> Result<Checkpoint> {
     let dir = target.dir;
-    std::fs::create_dir_all(dir).ctx("cannot create", dir)?;
+    crate::fsx::create_private_dirs(dir).ctx("cannot create", dir)?;
     let ext = pack_opts.format.extension();
     let name = format!("{}.{ext}", target.stem);
     let final_path = dir.join(&name);
@@ -249,7 +249,7 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
     // The quarantine: the same evidence, unscanned, in what time is left.
     let qdir = dir.join("quarantine");
     let quarantined = (|| -> Result<Checkpoint> {
-        std::fs::create_dir_all(&qdir).ctx("cannot create", &qdir)?;
+        crate::fsx::create_private_dirs(&qdir).ctx("cannot create", &qdir)?;
         if pack_opts.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::Other("no time left before the deadline".into()));
         }

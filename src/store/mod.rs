@@ -350,7 +350,7 @@ pub fn encode_key(key: &str) -> String {
 /// must not vanish with a directory entry lost in a crash.
 pub(crate) fn open_dir_durable(path: &Path) -> Result<Dir> {
     if !path.is_dir() {
-        std::fs::create_dir_all(path).ctx("cannot create", path)?;
+        crate::fsx::create_private_dirs(path).ctx("cannot create", path)?;
         if let Some(parent) = path.parent() {
             Dir::open(parent)?.sync()?;
         }

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod absurd_values;
 mod allow_import;
 mod audit;
 mod bad_input;
@@ -17,9 +18,11 @@ mod lane;
 mod lease;
 mod listing;
 mod ports;
+mod privacy;
 mod reap;
 mod reap_git;
 mod reap_procs;
+mod records;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;

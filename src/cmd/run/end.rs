@@ -21,15 +21,25 @@ pub(super) fn exit_code(o: &Outcome) -> u8 {
     }
 }
 
-/// Records a run that failed before its command started, then reports it.
-pub(super) fn record_failure(run: &RunDir, mut m: Manifest, e: Error) -> anyhow::Result<u8> {
+/// Records a run that failed before its command started (through `slot`,
+/// the final record's reserved temp file, when there is one), then reports it.
+pub(super) fn record_failure(
+    run: &RunDir,
+    mut m: Manifest,
+    e: Error,
+    slot: Option<Reserved<'_>>,
+) -> anyhow::Result<u8> {
     let code = e.exit_code();
     m.status = Status::Failed;
     m.exit_code = Some(code as i32);
     m.error = Some(e.to_string());
     m.finished_at = Some(manifest::format_time(SystemTime::now()));
     m.lease_until = m.finished_at.clone().unwrap_or_default();
-    if let Err(w) = manifest::write(&run.dir, &m, true) {
+    let written = match slot {
+        Some(slot) => manifest::write_reserved(slot, &m, true).map(drop),
+        None => manifest::write(&run.dir, &m, true),
+    };
+    if let Err(w) = written {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     Err(e.into())

@@ -100,7 +100,7 @@ pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyho
 }
 
 fn run_in(
-    args: RunArgs,
+    mut args: RunArgs,
     root: Option<&Path>,
     store: Option<&str>,
     isolation: Option<sandbox::Options>,
@@ -113,6 +113,8 @@ fn run_in(
         }
         None => workspace::new_run_id()?,
     };
+    // `--timeout 0` is no timeout at all, as for `timeout(1)`.
+    args.timeout = args.timeout.filter(|t| !t.is_zero());
     if args.lease_ttl < Duration::from_millis(30) {
         return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
     }
@@ -182,6 +184,18 @@ fn run_in(
     if let Some(l) = &lease {
         m.extra.insert("lease".into(), l.record());
     }
+    // The final record's temp file, with its disk space, before anything
+    // else needs space: a run that could not record its end never starts
+    // (see [`manifest::reserve`]); nothing has run in the directory yet.
+    let mut final_slot = match manifest::reserve(&run.dir, &m) {
+        Ok(slot) => Some(slot),
+        Err(e) => {
+            if let Err(w) = run.discard() {
+                eprintln!("runws: warning: cannot remove the run directory: {w}");
+            }
+            return Err(e).with_context(|| format!("cannot reserve the record of run `{id}`"));
+        }
+    };
     let mut ports = Ports::none();
     let fence = lease.as_ref().map(|l| (l.key.clone(), l.token, l.url.clone()));
     let prepared = prepare(
@@ -196,9 +210,11 @@ fn run_in(
         &mut ports,
         isolation.as_ref(),
     );
-    let (spec, capture, mut isolated) = match prepared {
-        Ok(p) => p,
-        Err(e) => return record_failure(&run, m, e),
+    // Inputs, ports and the environment are recorded now: room for them.
+    let grown = final_slot.as_ref().map(|s| s.allocate(m.to_json().len() as u64 + manifest::FINAL_ROOM));
+    let (spec, capture, mut isolated) = match (prepared, grown) {
+        (Ok(p), None | Some(Ok(()))) => p,
+        (Err(e), _) | (Ok(_), Some(Err(e))) => return record_failure(&run, m, e, final_slot.take()),
     };
     let program = spec.program.clone();
     let took_terminal = spec.foreground;
@@ -211,7 +227,7 @@ fn run_in(
     let bracket = procinfo::Bracket::open();
     let paused = match child::spawn_paused(spec) {
         Ok(p) => p,
-        Err(e) => return record_failure(&run, m, e),
+        Err(e) => return record_failure(&run, m, e, final_slot.take()),
     };
     let pid = paused.pid();
     let start_time =
@@ -223,7 +239,9 @@ fn run_in(
         Ok(t) => t,
         Err(e) => {
             paused.abandon();
-            return Err(e).with_context(|| format!("cannot record run `{id}`"));
+            // The command never ran: say why in its reserved record.
+            return record_failure(&run, m, e, final_slot.take())
+                .with_context(|| format!("cannot record run `{id}`"));
         }
     };
     // From here on every write of runws's puts back the fields it owns: the
@@ -235,7 +253,7 @@ fn run_in(
     }
     let started = match paused.open_gate(&program) {
         Ok(s) => s,
-        Err(e) => return Ok(not_started(&run, &mut record, e, None)),
+        Err(e) => return Ok(not_started(&run, &mut record, e, final_slot.take())),
     };
     // --- sandbox: guard calls from inside reach runws over the run's socket
     // (listening already: a call made before this thread runs waits for it).
@@ -253,9 +271,11 @@ fn run_in(
     }
     // --- end sandbox
     // While the command starts on another core: the temp file of the final
-    // record, made durable now, so that only its bytes remain to write when
-    // the command ends. Without it the final record is written as any other.
-    let final_slot = manifest::reserve(&run.dir).ok();
+    // record is made durable now, so that only its bytes remain to write
+    // when the command ends.
+    if let Some(Err(e)) = final_slot.as_ref().map(|s| s.sync_entry()) {
+        eprintln!("runws: warning: the final record's temp file of run `{id}` did not reach the disk: {e}");
+    }
     // --- sandbox: the init reports a refused setup, or each protection
     // `--sandbox=try` went without, before the command runs.
     if let Some(setup) = isolated.as_mut() {
@@ -272,7 +292,7 @@ fn run_in(
             Ok(_) => {}
             Err(e) => {
                 let _ = nix::sys::wait::waitpid(pid, None);
-                return Ok(not_started(&run, &mut record, e, final_slot));
+                return Ok(not_started(&run, &mut record, e, final_slot.take()));
             }
         }
     }
@@ -334,7 +354,7 @@ fn run_in(
     }
     let mut outcome = outcome?;
     if let Some(e) = started.exec_error(&program) {
-        return Ok(not_started(&run, &mut record, e, final_slot));
+        return Ok(not_started(&run, &mut record, e, final_slot.take()));
     }
     // --- sandbox: a child that was the sandbox's PID 1 reports the command's status.
     if let Some(raw) = isolated.as_mut().and_then(|s| s.command_status()) {
@@ -361,7 +381,7 @@ fn run_in(
     // A lease lost while the command ran is found now at the latest, however
     // quickly the command ended after runws was stopped or starved.
     let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
-    finish(&run, &mut record, outcome, None, final_slot, lease_lost_at)
+    finish(&run, &mut record, outcome, None, final_slot.take(), lease_lost_at)
         .with_context(|| format!("cannot record the end of run `{id}`"))?;
     if record.record().extra.contains_key(manifest::RESTORED) {
         eprintln!(
