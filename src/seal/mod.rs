@@ -9,3 +9,10 @@ pub mod exclude;
 pub mod links;
 pub mod scan;
 mod walk;
+
+/// The most bytes of file content a seal packs, and a restore writes, unless
+/// `--max-bytes` says otherwise.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+/// The most entries (files, directories, links) a seal packs, and a restore
+/// creates, unless `--max-files` says otherwise.
+pub const DEFAULT_MAX_FILES: u64 = 50_000;

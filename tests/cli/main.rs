@@ -20,6 +20,7 @@ mod ports;
 mod reap;
 mod reap_git;
 mod reap_procs;
+mod restore;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
