@@ -260,6 +260,44 @@ fn restore_refuses_an_archive_with_more_entries_than_max_files() {
     assert_eq!(names_in(&to).len(), 12);
 }
 
+#[test]
+fn restore_refuses_headers_or_a_tail_that_expand_without_bound() {
+    let env = Env::new();
+    // A long-name header 64 MiB long: tar would read all of it into memory
+    // before the entry it names is seen.
+    let names = env.path("long-name.tar.zst");
+    archive(&names, |b| {
+        let mut h = tar::Header::new_gnu();
+        h.set_path("././@LongLink").unwrap();
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.set_size(64 << 20);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.get_mut().write_all(h.as_bytes()).unwrap();
+        std::io::copy(&mut std::io::repeat(b'a').take(64 << 20), b.get_mut()).unwrap();
+        add(b, "f", 1, &b"x"[..]);
+    });
+    // A small archive, then 64 MiB of zeros after its end.
+    let tail = env.path("tail.tar.zst");
+    archive(&tail, |b| {
+        add(b, "f", 1, &b"x"[..]);
+        b.finish().unwrap();
+        std::io::copy(&mut std::io::repeat(0).take(64 << 20), b.get_mut()).unwrap();
+    });
+    for (archive, why) in
+        [(&names, "bytes that are neither its data nor an entry"), (&tail, "bytes that are neither")]
+    {
+        let to = env.path("t");
+        let start = Instant::now();
+        env.run(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()])
+            .code(125)
+            .one_line_error()
+            .stderr_has(why);
+        assert!(!to.exists());
+        eprintln!("{} refused after {:?}", archive.display(), start.elapsed());
+    }
+}
+
 /// Runs `runws ARGS` for at most 10 s; a hang is a failure, not a stuck suite.
 fn run_bounded(env: &Env, args: &[&str]) -> Out {
     let mut child = env.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
