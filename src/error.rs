@@ -116,6 +116,12 @@ pub enum Error {
     #[error("cannot restore into `{}`: {why}", path.display())]
     RestoreTarget { path: PathBuf, why: &'static str },
 
+    #[error("refused to restore `{}`: more than {limit} {what} at entry `{entry}`; raise `{option}` to allow more", archive.display())]
+    RestoreBudget { archive: PathBuf, entry: String, what: &'static str, limit: u64, option: &'static str },
+
+    #[error("{what} `{}` is not a regular file", path.display())]
+    NotRegularFile { what: &'static str, path: PathBuf },
+
     #[error("no lane `{lane}` under `{}`", root.display())]
     NoSuchLane { lane: String, root: PathBuf },
 
@@ -209,6 +215,8 @@ impl Error {
             | Error::ArchiveFormat { .. }
             | Error::ArchiveRefused { .. }
             | Error::RestoreTarget { .. }
+            | Error::RestoreBudget { .. }
+            | Error::NotRegularFile { .. }
             | Error::NoSuchLane { .. }
             | Error::StoreUnreachable { .. }
             | Error::Store { .. }

@@ -785,6 +785,23 @@ fn unescape_mountinfo(s: &str) -> String {
 }
 
 /// The file type bits of a `stat`.
+/// Opens `path`, a path someone named (a symlink in it is followed), for
+/// reading, when it is a regular file; `None` when it is anything else. A
+/// fifo, socket, device or directory is told by a `stat` before any open, so
+/// none is ever opened, and the open descriptor is checked again: its
+/// `O_NONBLOCK` keeps a fifo swapped in between from blocking the open.
+pub fn open_regular(path: &Path) -> io::Result<Option<File>> {
+    if !std::fs::metadata(path)?.file_type().is_file() {
+        return Ok(None);
+    }
+    let fd = nix::fcntl::open(path, OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK, Mode::empty())?;
+    if kind(&fstat(fd.as_fd())?) != SFlag::S_IFREG {
+        return Ok(None);
+    }
+    nix::fcntl::fcntl(fd.as_fd(), nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))?;
+    Ok(Some(File::from(fd)))
+}
+
 pub fn kind(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }

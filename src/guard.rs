@@ -29,7 +29,7 @@
 //! ```
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -40,6 +40,7 @@ use crate::fsx::{self, Dir};
 use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
 use crate::procinfo;
 use crate::sandbox::broker::client as broker;
+use crate::spool;
 use crate::workspace::{self, RunDir};
 
 /// The manifest field listing the guard calls refused by `--allow-import`.
@@ -271,9 +272,8 @@ impl Guard {
         }
     }
 
-    /// Opens this run's output `name` after checking its bytes against the
-    /// record; the file is positioned at its start.
-    fn open_verified(&self, name: &str) -> Result<(File, OutputRecord)> {
+    /// Opens this run's output `name` for reading, with its record and path.
+    fn open_output(&self, name: &str) -> Result<(File, OutputRecord, PathBuf)> {
         fsx::check_name(name)?;
         let m = self.manifest()?;
         let rec = m
@@ -282,15 +282,10 @@ impl Guard {
             .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: name.to_string() })?;
         let outputs = self.outputs()?;
         let path = outputs.join(&rec.file);
-        let Some(mut f) = outputs.open_read(&rec.file)? else {
+        let Some(f) = outputs.open_read(&rec.file)? else {
             return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: "no file".into() });
         };
-        let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
-        if sha != rec.sha256 {
-            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
-        }
-        f.rewind().ctx("cannot read", &path)?;
-        Ok((f, rec))
+        Ok((f, rec, path))
     }
 
     /// Copies output `name` of this run to `out`. `from` may only name this
@@ -309,8 +304,15 @@ impl Guard {
                 name: name.to_string(),
             });
         }
-        let (mut f, rec) = self.open_verified(name)?;
-        std::io::copy(&mut f, out).ctx("cannot copy output", self.outputs()?.join(&rec.file))
+        // One read, into a copy no other process can change, and only that
+        // copy, once its hash is the recorded one, goes to `out`: the file
+        // itself may be rewritten in place at any moment.
+        let (mut f, rec, path) = self.open_output(name)?;
+        let (copy, _, sha) = spool::read_hashed(&mut f).ctx("cannot read", &path)?;
+        if sha != rec.sha256 {
+            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
+        }
+        copy.copy_to(out).ctx("cannot copy output", &path)
     }
 
     /// The bytes of output `name` of this run.
@@ -326,8 +328,15 @@ impl Guard {
             fsx::check_name(name)?;
             return broker::has(self.dir(), name);
         }
-        match self.open_verified(name) {
-            Ok(_) => Ok(true),
+        let checked = self.open_output(name).and_then(|(mut f, rec, path)| {
+            let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
+            if sha != rec.sha256 {
+                return Err(Error::Integrity { path, expected: rec.sha256, found: sha });
+            }
+            Ok(())
+        });
+        match checked {
+            Ok(()) => Ok(true),
             Err(Error::NotProduced { .. }) => Ok(false),
             Err(e) => Err(e),
         }

@@ -28,6 +28,7 @@ pub mod restore;
 pub mod sandbox;
 pub mod seal;
 pub mod shown;
+pub mod spool;
 pub mod store;
 pub mod workspace;
 pub mod worktree;

@@ -2,38 +2,68 @@
 //!
 //! An archive is read only after its bytes match `<archive>.sha256`, and the
 //! same bytes are hashed again while they are extracted, so an archive that
-//! changes between the check and the read is caught too. Extraction goes
-//! into a fresh private directory beside the target; only when every entry
-//! passed is that directory renamed into place. Anything that could write
-//! outside the target (absolute names, `..`, a path through a symlink, a
-//! link leading out, a device, a fifo, a setuid bit, a duplicate name) makes
+//! changes between the check and the read is caught too. Both files must be
+//! regular files: a fifo, socket, device or directory is refused before it
+//! is opened, so none can stall a restore.
+//!
+//! Extraction goes into a fresh private directory beside the target (see
+//! [`make_staging`]); every byte written there goes through the secret scan
+//! as it is written, and the whole is held to a budget of bytes and entries
+//! (the seal's, by default), so a small archive cannot fill the file system.
+//! Only when every entry passed, the budgets held and the scan is complete
+//! is that directory renamed into place, in one step: whatever moment a
+//! restore is killed at, the target holds nothing or the whole, scanned
+//! archive (invariant 8). Anything that could write outside the target
+//! (absolute names, `..`, a path through a symlink, a link leading out, a
+//! device, a fifo, a setuid bit, a duplicate name) or a budget passed makes
 //! the whole restore fail, and the target is left as it was: absent or
-//! empty (invariant 8).
+//! empty.
+//!
+//! What the scan found decides in [`restore`] (or in the caller of
+//! [`stage`]) before anything is placed: an archive from an ordinary
+//! location that holds a secret is refused; one from quarantine, which is
+//! where archives that failed the scan are kept, is restored with its
+//! findings reported. Whether an archive came from quarantine is decided by
+//! where it lies (a path component named `quarantine`), never by what it
+//! contains.
 //!
 //! The restored directory itself is `0700`, as the staging directory was
 //! made; what is inside keeps its archived permissions, without setuid,
 //! setgid or sticky bits, and is owned by whoever restores it.
-//!
-//! Whether an archive came from quarantine is decided by where it lies (a
-//! path component named `quarantine`), never by what it contains: the
-//! caller rescans such a restore before trusting it.
 
 mod extract;
 
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{RenameFlags, renameat, renameat2};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::Dir;
+use crate::fsx::{self, Dir};
 use crate::seal::archive::{hex, split_parent};
+use crate::seal::scan::Finding;
 
 /// The largest checksum file read; a real one is one short line.
 const MAX_CHECKSUM_FILE: u64 = 4096;
+
+/// How much a restore may write: the seal's budgets unless raised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most bytes of file content written, summed over all files.
+    pub max_bytes: u64,
+    /// Most entries (files, directories, links) created.
+    pub max_files: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_bytes: crate::seal::DEFAULT_MAX_BYTES, max_files: crate::seal::DEFAULT_MAX_FILES }
+    }
+}
 
 /// What a restore wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,28 +72,60 @@ pub struct RestoreReport {
     pub files: u64,
     /// Bytes of file content written.
     pub bytes: u64,
-    /// The archive lies under a `quarantine` directory; its contents must be
-    /// rescanned before anyone relies on them.
+    /// The archive lies under a `quarantine` directory.
     pub from_quarantine: bool,
+    /// What the secret scan found in the files' contents, by path inside
+    /// the archive.
+    pub findings: Vec<Finding>,
 }
 
 /// Recomputes the archive's sha256 and compares it with `<archive>.sha256`;
 /// returns the hex digest when they match.
 pub fn verify(archive: &Path) -> Result<String> {
     // The archive first: a missing archive is not a missing checksum.
-    let file = File::open(archive).ctx("cannot open archive", archive)?;
+    let file = open_archive(archive)?;
     let expected = expected_sha256(archive)?;
     check_sha256(archive, &file, &expected)?;
     Ok(expected)
 }
 
 /// Restores `archive` into `target`, which must be absent or an empty
-/// directory. On any error `target` is left as it was.
-pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
+/// directory, within `limits`. An archive from an ordinary location in which
+/// the scan finds a secret is refused; see [`stage`] to decide otherwise. On
+/// any error `target` is left as it was.
+pub fn restore(archive: &Path, target: &Path, limits: Limits) -> Result<RestoreReport> {
+    let staged = stage(archive, target, limits)?;
+    let report = staged.report();
+    if !report.findings.is_empty() && !report.from_quarantine {
+        return Err(Error::SecretsFound {
+            what: format!("archive `{}`", archive.display()),
+            count: report.findings.len(),
+        });
+    }
+    staged.place()
+}
+
+/// An archive extracted and scanned into its staging directory, with nothing
+/// under the target yet. [`Staged::place`] moves it there; dropping it
+/// removes the staging directory.
+pub struct Staged {
+    report: RestoreReport,
+    extracted: extract::Extracted,
+    staging: tempfile::TempDir,
+    parent_dir: Dir,
+    name: OsString,
+    target: PathBuf,
+    target_existed: bool,
+}
+
+/// Verifies `archive`, then extracts and scans all of it within `limits`
+/// into a private staging directory beside `target`. Nothing appears under
+/// `target`; on any error the staging directory is removed.
+pub fn stage(archive: &Path, target: &Path, limits: Limits) -> Result<Staged> {
     let target_existed = check_target(target)?;
     // One open file serves the check and the extraction, so a rename of
     // another file over `archive` in between changes nothing.
-    let file = File::open(archive).ctx("cannot open archive", archive)?;
+    let file = open_archive(archive)?;
     let expected = expected_sha256(archive)?;
     check_sha256(archive, &file, &expected)?;
     (&file).seek(SeekFrom::Start(0)).ctx("cannot read", archive)?;
@@ -72,61 +134,108 @@ pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
 
     let (parent, name) = split_parent(target)?;
     let parent_dir = Dir::open(parent)?;
-    let staging = tempfile::Builder::new()
-        .prefix(&format!(".{}.restore-", name.to_string_lossy().chars().take(64).collect::<String>()))
-        .tempdir_in(parent)
-        .ctx("cannot create a staging directory in", parent)?;
+    let staging = make_staging(parent, name)?;
 
     let mut hasher = Sha256::new();
-    let extracted = {
+    let mut extracted = {
         let reader = HashingReader { file: &file, hasher: &mut hasher };
-        extract::extract(format, reader, staging.path(), archive)?
+        extract::extract(format, reader, staging.path(), archive, limits)?
     };
-    // Bytes after the end of the tar stream count too.
+    // Bytes after the end of the compressed stream count too.
     io::copy(&mut HashingReader { file: &file, hasher: &mut hasher }, &mut io::sink())
         .ctx("cannot read", archive)?;
     let found = hex(&hasher.finalize());
     if found != expected {
         return Err(Error::Integrity { path: archive.to_path_buf(), expected, found });
     }
-    extracted.apply_dir_modes()?;
-
-    let staged = staging.path().file_name().unwrap_or_default().to_owned();
-    let moved = if target_existed {
-        // Replaces an empty directory only; a non-empty one fails with ENOTEMPTY.
-        renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name)
-    } else {
-        renameat2(
-            parent_dir.borrow(),
-            staged.as_os_str(),
-            parent_dir.borrow(),
-            name,
-            RenameFlags::RENAME_NOREPLACE,
-        )
-        .or_else(|e| match e {
-            // Without RENAME_NOREPLACE a plain rename still refuses a file or
-            // a non-empty directory that appeared meanwhile.
-            Errno::EINVAL | Errno::ENOSYS => {
-                renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name)
-            }
-            e => Err(e),
-        })
+    let report = RestoreReport {
+        files: extracted.files,
+        bytes: extracted.bytes,
+        from_quarantine,
+        findings: std::mem::take(&mut extracted.findings),
     };
-    match moved {
-        Ok(()) => {
-            let _ = staging.keep();
-        }
-        Err(e) => {
-            extracted.reopen_dirs();
-            let why = match e {
-                Errno::EEXIST | Errno::ENOTEMPTY => "something appeared there during the restore",
-                _ => "cannot rename the staging directory into place",
-            };
-            return Err(Error::RestoreTarget { path: target.to_path_buf(), why });
-        }
+    Ok(Staged {
+        report,
+        extracted,
+        staging,
+        parent_dir,
+        name: name.to_owned(),
+        target: target.to_path_buf(),
+        target_existed,
+    })
+}
+
+/// The private directory a restore extracts into: `.NAME.restore-XXXX`
+/// beside the target `NAME`, mode `0700`, on the target's file system so
+/// that one rename moves it into place. The only place a restore creates
+/// one.
+fn make_staging(parent: &Path, name: &OsStr) -> Result<tempfile::TempDir> {
+    let shown: String = name.to_string_lossy().chars().take(64).collect();
+    tempfile::Builder::new()
+        .prefix(&format!(".{shown}.restore-"))
+        .tempdir_in(parent)
+        .ctx("cannot create a staging directory in", parent)
+}
+
+impl Staged {
+    /// What the extraction wrote and the scan found.
+    pub fn report(&self) -> &RestoreReport {
+        &self.report
     }
-    parent_dir.sync()?;
-    Ok(RestoreReport { files: extracted.files, bytes: extracted.bytes, from_quarantine })
+
+    /// Renames the staging directory onto the target in one step; refuses
+    /// when something appeared at the target meanwhile.
+    pub fn place(self) -> Result<RestoreReport> {
+        let Staged { report, extracted, staging, parent_dir, name, target, target_existed } = self;
+        if let Err(e) = extracted.apply_dir_modes() {
+            extracted.reopen_dirs();
+            return Err(e);
+        }
+        let staged = staging.path().file_name().unwrap_or_default().to_owned();
+        let moved = if target_existed {
+            // Replaces an empty directory only; a non-empty one fails with ENOTEMPTY.
+            renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name.as_os_str())
+        } else {
+            renameat2(
+                parent_dir.borrow(),
+                staged.as_os_str(),
+                parent_dir.borrow(),
+                name.as_os_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            )
+            .or_else(|e| match e {
+                // Without RENAME_NOREPLACE a plain rename still refuses a file or
+                // a non-empty directory that appeared meanwhile.
+                Errno::EINVAL | Errno::ENOSYS => {
+                    renameat(parent_dir.borrow(), staged.as_os_str(), parent_dir.borrow(), name.as_os_str())
+                }
+                e => Err(e),
+            })
+        };
+        match moved {
+            Ok(()) => {
+                let _ = staging.keep();
+            }
+            Err(e) => {
+                extracted.reopen_dirs();
+                let why = match e {
+                    Errno::EEXIST | Errno::ENOTEMPTY => "something appeared there during the restore",
+                    _ => "cannot rename the staging directory into place",
+                };
+                return Err(Error::RestoreTarget { path: target, why });
+            }
+        }
+        parent_dir.sync()?;
+        Ok(report)
+    }
+}
+
+/// Opens the archive, refusing anything but a regular file before it could
+/// block or act on a device.
+fn open_archive(archive: &Path) -> Result<File> {
+    fsx::open_regular(archive)
+        .ctx("cannot open archive", archive)?
+        .ok_or_else(|| Error::NotRegularFile { what: "archive", path: archive.to_path_buf() })
 }
 
 /// True when `target` exists (as an empty directory); an error when it is
@@ -164,8 +273,9 @@ fn expected_sha256(archive: &Path) -> Result<String> {
     sum_name.push(".sha256");
     let sum_path = archive.with_file_name(sum_name);
     let bad = |why| Error::ChecksumFile { path: sum_path.clone(), why };
-    let file = match File::open(&sum_path) {
-        Ok(f) => f,
+    let file = match fsx::open_regular(&sum_path) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(bad("is not a regular file")),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(bad("is missing")),
         Err(e) => return Err(Error::io("cannot open", &sum_path, e)),
     };

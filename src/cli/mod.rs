@@ -240,16 +240,25 @@ nothing is found, 82 when something is.")]
     Verify { archive: PathBuf },
 
     /// Verify an archive, then extract it safely into a new or empty directory
-    #[command(long_about = "Verify ARCHIVE against ARCHIVE.sha256, then extract it into DIR, which must be \
-new or empty. Refused (and DIR left empty): absolute names, `..`, names through a symlink, links \
-pointing outside DIR, duplicates, devices, fifos, setuid bits. An archive from an ordinary location \
-is scanned for secrets after extraction and refused if anything is found; only an archive whose \
-path is under a `quarantine/` directory skips that scan.")]
+    #[command(long_about = "Verify ARCHIVE (a regular file) against ARCHIVE.sha256, then extract it \
+into a private directory beside DIR, scanning every byte for secrets as it is written; DIR, which \
+must be new or empty, receives the whole of it in one rename, and only once the extraction and the \
+scan are complete. Refused (and DIR left as it was): absolute names, `..`, names through a symlink, \
+links pointing outside DIR, duplicates, devices, fifos, setuid bits, more than --max-bytes of file \
+content or --max-files entries, and, for an archive from an ordinary location, any secret the scan \
+finds (exit 82). An archive whose path is under a `quarantine/` directory is restored whatever the \
+scan finds, and its findings are listed.")]
     Restore {
         archive: PathBuf,
         /// Directory to extract into (must not exist, or be empty)
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
+        /// Most bytes of file content to write (the seal's default)
+        #[arg(long, value_name = "SIZE", default_value = crate::seal::DEFAULT_MAX_BYTES_SHOWN, value_parser = crate::duration::parse_size, allow_negative_numbers = true)]
+        max_bytes: u64,
+        /// Most entries (files, directories, links) to create (the seal's default)
+        #[arg(long, value_name = "N", default_value_t = crate::seal::DEFAULT_MAX_FILES)]
+        max_files: u64,
     },
 
     /// Promotion lanes: claim, run, seal, review, stamp, promote or scrap, reset
@@ -354,10 +363,10 @@ pub struct SealArgs {
     #[arg(long = "include", value_name = "DIR")]
     pub include: Vec<String>,
     /// Most bytes of file content to pack
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::duration::parse_size, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SIZE", default_value = crate::seal::DEFAULT_MAX_BYTES_SHOWN, value_parser = crate::duration::parse_size, allow_negative_numbers = true)]
     pub max_bytes: u64,
     /// Most entries to pack
-    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    #[arg(long, value_name = "N", default_value_t = crate::seal::DEFAULT_MAX_FILES)]
     pub max_files: u64,
     /// Time for the seal and, if it fails, the quarantine together
     #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse, allow_negative_numbers = true)]

@@ -93,46 +93,47 @@ pub fn verify(archive: &Path) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-pub fn restore(archive: &Path, to: &Path) -> anyhow::Result<u8> {
-    let report = restore::restore(archive, to)?;
-    if report.from_quarantine {
+/// Restores `archive` into `to`. Nothing appears under `to` before the
+/// whole archive is extracted and scanned; then an archive from an ordinary
+/// location that holds a secret is refused and `to` stays as it was, and
+/// one from quarantine is placed with its findings listed.
+pub fn restore(archive: &Path, to: &Path, limits: restore::Limits) -> anyhow::Result<u8> {
+    let staged = restore::stage(archive, to, limits)?;
+    let findings = staged.report().findings.clone();
+    for f in &findings {
+        eprintln!("runws: secret found: {f}");
+    }
+    if !staged.report().from_quarantine {
+        if !findings.is_empty() {
+            // Dropping the staged restore removes it; `to` was never touched.
+            drop(staged);
+            return Err(Error::SecretsFound {
+                what: format!("archive `{}`", archive.display()),
+                count: findings.len(),
+            }
+            .into());
+        }
+        let report = staged.place()?;
         eprintln!(
-            "runws: restored {} files from a quarantine archive into {}; it was not scanned for secrets (its location says quarantine)",
+            "runws: restored {} files ({} bytes) into {}; scan clean",
             report.files,
+            report.bytes,
             to.display()
         );
         return Ok(exit::OK);
     }
-    let findings = scan::scan_paths(&[to.to_path_buf()])?;
-    if !findings.is_empty() {
-        // Refused: leave the target empty, as a refused archive always does.
-        let cleanup = empty_dir(to);
-        for f in &findings {
-            eprintln!("runws: secret found: {f}");
-        }
-        if let Err(e) = cleanup {
-            eprintln!("runws: cannot empty {} after the refusal: {e}", to.display());
-        }
-        return Err(Error::SecretsFound {
-            what: format!("archive `{}`", archive.display()),
-            count: findings.len(),
-        }
-        .into());
-    }
+    let report = staged.place()?;
+    let scan = match findings.len() {
+        0 => "the scan found nothing".to_string(),
+        n => format!(
+            "the scan found {n} secret(s), listed above; restored anyway, as quarantine is where they are kept"
+        ),
+    };
     eprintln!(
-        "runws: restored {} files ({} bytes) into {}; scan clean",
+        "runws: restored {} files ({} bytes) from a quarantine archive into {}; {scan}",
         report.files,
         report.bytes,
         to.display()
     );
     Ok(exit::OK)
-}
-
-/// Removes everything inside `dir`, never following symlinks.
-fn empty_dir(dir: &Path) -> crate::error::Result<()> {
-    let d = crate::fsx::Dir::open(dir)?;
-    for (name, _) in d.entries_raw()? {
-        d.remove_tree(&name)?;
-    }
-    Ok(())
 }

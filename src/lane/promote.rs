@@ -102,7 +102,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         .tempdir_in(&restores)
         .ctx("cannot create a directory in", &restores)?;
     let restored = tmp.path().join("kit");
-    crate::restore::restore(&kit_path, &restored)?;
+    crate::restore::restore(&kit_path, &restored, crate::restore::Limits::default())?;
     let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
     if !findings.is_empty() {
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });

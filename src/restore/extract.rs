@@ -8,7 +8,15 @@
 //! created with `O_EXCL`. Symlink targets are resolved against the map when
 //! they are made and once more when the whole archive is in, since a later
 //! entry can change where an earlier link leads.
+//!
+//! Every file's bytes go through the secret scan as they are written, and
+//! the loop holds the archive to its budgets: bytes of file content (checked
+//! against each file's declared size before the file is created), entries
+//! (each tar entry and each directory made only as a parent counts), and the
+//! decompressed stream itself, which may run only a little past what the
+//! entries need (see [`Capped`]), so neither the disk nor memory fills.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -16,18 +24,30 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FchmodatFlags, Mode, UtimensatFlags, fchmod, fchmodat, futimens, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{linkat, symlinkat};
 
-use super::Compression;
+use super::{Compression, Limits};
 use crate::error::{Error, IoContext, Result};
 use crate::seal::links;
+use crate::seal::scan::{FileScan, Finding, Scanner};
 
 /// Bytes copied from the archive to a file at a time.
 const CHUNK: usize = 1 << 20;
+/// Decompressed bytes allowed between one entry's data and the next entry:
+/// its padding, the next header, and long names, long link targets and
+/// extended headers, which tar reads into memory whole. A sealed archive
+/// needs a few kilobytes at most.
+const HEADER_ALLOWANCE: u64 = 64 << 10;
+/// Decompressed bytes allowed after the last entry: the end-of-archive
+/// blocks and the padding to a record, which tools make up to 1 MiB.
+const TAIL_ALLOWANCE: u64 = 1 << 20;
+/// Tar's block: entry data is padded to a multiple of it.
+const BLOCK: u64 = 512;
 
 /// What the loop made at one path (components joined with `/`).
 enum Node {
@@ -44,6 +64,8 @@ enum Node {
 pub(super) struct Extracted {
     pub files: u64,
     pub bytes: u64,
+    /// What the scan found in the files, in archive order.
+    pub findings: Vec<Finding>,
     root: OwnedFd,
     /// Directories with their archived mode and mtime (none for those made
     /// only as parents), parents first.
@@ -82,12 +104,64 @@ impl Extracted {
     }
 }
 
-/// Extracts the compressed tar stream `reader` into the empty directory `dest`.
+/// How far the decompressed stream may be read, and how far it was.
+struct Cap {
+    read: Cell<u64>,
+    limit: Cell<u64>,
+    /// The allowance the limit was last set with, for the refusal.
+    allowance: Cell<u64>,
+    passed: Cell<bool>,
+}
+
+impl Cap {
+    /// Lets the stream go `data` bytes (rounded up to a block) and then
+    /// `allowance` more past where it is now.
+    fn allow(&self, data: u64, allowance: u64) {
+        let data = data.div_ceil(BLOCK).saturating_mul(BLOCK);
+        self.limit.set(self.read.get().saturating_add(data).saturating_add(allowance));
+        self.allowance.set(allowance);
+    }
+}
+
+/// The decompressed stream, cut off past the limit its [`Cap`] sets: a
+/// small compressed archive can expand to any size, and before it yields an
+/// entry tar reads that entry's long names and extended headers into memory
+/// whole, however large their headers say they are.
+struct Capped<R> {
+    inner: R,
+    cap: Rc<Cap>,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let room = self.cap.limit.get().saturating_sub(self.cap.read.get());
+        if room == 0 {
+            // At the limit: the end of the stream is fine, one byte more is not.
+            let mut probe = [0u8; 1];
+            if self.inner.read(&mut probe)? == 0 {
+                return Ok(0);
+            }
+            self.cap.passed.set(true);
+            return Err(io::Error::other("the decompressed archive runs past its budget"));
+        }
+        let take = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..take])?;
+        self.cap.read.set(self.cap.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Extracts the compressed tar stream `reader` into the empty directory
+/// `dest`, within `limits`, scanning every file's bytes.
 pub(super) fn extract(
     format: Compression,
     reader: impl Read,
     dest: &Path,
     archive: &Path,
+    limits: Limits,
 ) -> Result<Extracted> {
     let root = openat(
         nix::fcntl::AT_FDCWD,
@@ -102,35 +176,76 @@ pub(super) fn extract(
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(buffered).map_err(read_err)?),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(buffered)),
     };
-    let mut tar = tar::Archive::new(stream);
+    let cap = Rc::new(Cap {
+        read: Cell::new(0),
+        limit: Cell::new(0),
+        allowance: Cell::new(0),
+        passed: Cell::new(false),
+    });
+    cap.allow(0, HEADER_ALLOWANCE);
+    let mut tar = tar::Archive::new(Capped { inner: stream, cap: cap.clone() });
     let mut loop_ = Loop {
         archive,
+        limits,
         root,
         nodes: HashMap::new(),
         dirs: Vec::new(),
+        entries: 0,
         files: 0,
         bytes: 0,
         buf: vec![0; CHUNK],
+        scanner: Scanner::new(),
+        findings: Vec::new(),
+        last: Vec::new(),
     };
-    for entry in tar.entries().map_err(read_err)? {
-        let mut entry = entry.map_err(read_err)?;
-        loop_.entry(&mut entry)?;
+    let done = (|| -> Result<()> {
+        for entry in tar.entries().map_err(read_err)? {
+            let mut entry = entry.map_err(read_err)?;
+            loop_.last = entry.path_bytes().into_owned();
+            // This entry's data (only a file's is read, and only within the
+            // byte budget), then the next entry's headers.
+            let data = match entry.header().entry_type() {
+                tar::EntryType::Regular => entry.size().min(limits.max_bytes.saturating_add(1)),
+                _ => 0,
+            };
+            cap.allow(data, HEADER_ALLOWANCE);
+            loop_.entry(&mut entry)?;
+        }
+        // Read the decompressed stream to its end so a corrupt tail is noticed.
+        cap.allow(0, TAIL_ALLOWANCE);
+        io::copy(&mut tar.into_inner(), &mut io::sink()).map_err(read_err)?;
+        Ok(())
+    })();
+    match done {
+        Err(_) if cap.passed.get() => {
+            let why = format!(
+                "is followed by more than {} bytes that are neither its data nor an entry",
+                cap.allowance.get()
+            );
+            return Err(loop_.refuse(&loop_.last, why));
+        }
+        done => done?,
     }
-    // Read the decompressed stream to its end so a corrupt tail is noticed.
-    io::copy(&mut tar.into_inner(), &mut io::sink()).map_err(read_err)?;
     loop_.recheck_symlinks()?;
-    let Loop { root, dirs, files, bytes, .. } = loop_;
-    Ok(Extracted { files, bytes, root, dirs })
+    let Loop { root, dirs, files, bytes, findings, .. } = loop_;
+    Ok(Extracted { files, bytes, findings, root, dirs })
 }
 
 struct Loop<'a> {
     archive: &'a Path,
+    limits: Limits,
     root: OwnedFd,
     nodes: HashMap<Vec<u8>, Node>,
     dirs: Vec<(Vec<u8>, u32, Option<u64>)>,
+    /// Tar entries seen and directories made only as parents.
+    entries: u64,
     files: u64,
     bytes: u64,
     buf: Vec<u8>,
+    scanner: Scanner,
+    findings: Vec<Finding>,
+    /// The name of the entry being extracted, for a refusal.
+    last: Vec<u8>,
 }
 
 impl Loop<'_> {
@@ -142,8 +257,28 @@ impl Loop<'_> {
         }
     }
 
+    fn over_budget(&self, entry: &[u8], what: &'static str, limit: u64, option: &'static str) -> Error {
+        Error::RestoreBudget {
+            archive: self.archive.to_path_buf(),
+            entry: String::from_utf8_lossy(entry).escape_debug().to_string(),
+            what,
+            limit,
+            option,
+        }
+    }
+
+    /// Counts one more entry against `--max-files`.
+    fn count(&mut self, entry: &[u8]) -> Result<()> {
+        self.entries += 1;
+        if self.entries > self.limits.max_files {
+            return Err(self.over_budget(entry, "entries", self.limits.max_files, "--max-files"));
+        }
+        Ok(())
+    }
+
     fn entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<()> {
         let raw = entry.path_bytes().into_owned();
+        self.count(&raw)?;
         let parts = self.parts(&raw, &raw, "name")?;
         let header = entry.header();
         let kind = header.entry_type();
@@ -177,6 +312,15 @@ impl Loop<'_> {
         let shown = || PathBuf::from(OsStr::from_bytes(&raw));
         match kind {
             tar::EntryType::Regular => {
+                let size = entry.size();
+                if self.bytes.saturating_add(size) > self.limits.max_bytes {
+                    return Err(self.over_budget(
+                        &raw,
+                        "bytes of file content",
+                        self.limits.max_bytes,
+                        "--max-bytes",
+                    ));
+                }
                 let fd = openat(
                     parent.as_fd(),
                     name,
@@ -185,7 +329,10 @@ impl Loop<'_> {
                 )
                 .ctx("cannot create", shown())?;
                 let mut file = File::from(fd);
-                let written = copy(entry, &mut file, &mut self.buf).ctx("cannot extract", shown())?;
+                let mut scan = self.scanner.file(&String::from_utf8_lossy(&key));
+                let written =
+                    copy(entry, &mut file, &mut self.buf, &mut scan).ctx("cannot extract", shown())?;
+                self.findings.extend(scan.finish());
                 fchmod(file.as_fd(), Mode::from_bits_truncate(mode & 0o777))
                     .ctx("cannot set the mode of", shown())?;
                 let t = TimeSpec::new(mtime as i64, 0);
@@ -281,6 +428,7 @@ impl Loop<'_> {
                     return Err(self.refuse(entry, format!("lies below the file `{shown}`")));
                 }
                 None => {
+                    self.count(entry)?;
                     let name = OsStr::from_bytes(&parts[depth - 1]);
                     mkdirat(dir.as_fd(), name, Mode::from_bits_truncate(0o700))
                         .ctx("cannot create", &here)?;
@@ -320,8 +468,9 @@ impl Loop<'_> {
     }
 }
 
-/// Copies an entry's content through one large buffer.
-fn copy(from: &mut impl Read, to: &mut File, buf: &mut [u8]) -> io::Result<u64> {
+/// Copies an entry's content through one large buffer, showing each chunk
+/// to the scan.
+fn copy(from: &mut impl Read, to: &mut File, buf: &mut [u8], scan: &mut FileScan<'_>) -> io::Result<u64> {
     let mut total = 0;
     loop {
         let n = match from.read(buf) {
@@ -330,6 +479,7 @@ fn copy(from: &mut impl Read, to: &mut File, buf: &mut [u8]) -> io::Result<u64> 
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        scan.feed(&buf[..n]);
         to.write_all(&buf[..n])?;
         total += n as u64;
     }

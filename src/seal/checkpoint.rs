@@ -47,8 +47,8 @@ impl Default for SealOptions {
             to: None,
             format: Format::Zst,
             include: Vec::new(),
-            max_bytes: 256 << 20,
-            max_files: 50_000,
+            max_bytes: super::DEFAULT_MAX_BYTES,
+            max_files: super::DEFAULT_MAX_FILES,
             deadline: Duration::from_secs(90),
         }
     }

@@ -180,3 +180,60 @@ fn a_nested_run_gets_its_own_id_and_a_scheduler_id_is_honoured() {
     );
     sched.ok().stdout_has("cron-2026-11-30");
 }
+
+/// A process of the run rewrites its output in place, over and over, while
+/// `get` reads it: every `get` prints exactly the recorded bytes or fails
+/// with exit 4 and prints nothing.
+#[test]
+fn get_prints_only_bytes_it_verified_while_the_output_is_rewritten_in_place() {
+    let env = Env::new();
+    let script = r#"
+        set -u
+        head -c 1048576 /dev/zero | tr '\0' a > "$TMPDIR/a"
+        head -c 1048576 /dev/zero | tr '\0' b > "$TMPDIR/b"
+        runws put o "$TMPDIR/a" || exit 9
+        f="$RUNWS_DIR/outputs/o.$RUN_ID"
+        mkdir "$RUNWS_DIR/work/got"
+        while :; do
+            dd if="$TMPDIR/b" of="$f" bs=64k conv=notrunc status=none
+            dd if="$TMPDIR/a" of="$f" bs=64k conv=notrunc status=none
+        done &
+        writer=$!
+        i=0
+        while [ $i -lt 48 ]; do
+            i=$((i + 1))
+            runws get o > "$RUNWS_DIR/work/got/$i" 2>/dev/null
+            echo $? > "$RUNWS_DIR/work/got/$i.code"
+        done
+        kill $writer
+        wait
+        exit 0
+    "#;
+    env.sh("rw", script).ok();
+    let recorded = env.manifest("rw")["outputs"][0]["sha256"].as_str().unwrap().to_string();
+    let got = env.run_dir("rw").join("work/got");
+    let (mut printed, mut refused) = (0, 0);
+    for i in 1..=48 {
+        let code = std::fs::read_to_string(got.join(format!("{i}.code"))).unwrap();
+        let bytes = std::fs::read(got.join(i.to_string())).unwrap();
+        match code.trim() {
+            "0" => {
+                use sha2::Digest;
+                let sha: String = sha2::Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(
+                    sha,
+                    recorded,
+                    "get {i} exited 0 but printed {} bytes that are not the recorded ones",
+                    bytes.len()
+                );
+                printed += 1;
+            }
+            "4" => {
+                assert!(bytes.is_empty(), "get {i} failed the check yet printed {} bytes", bytes.len());
+                refused += 1;
+            }
+            other => panic!("get {i} exited {other}"),
+        }
+    }
+    eprintln!("{printed} gets printed the recorded bytes, {refused} refused");
+}

@@ -23,6 +23,7 @@ mod reap;
 mod reap_git;
 mod reap_procs;
 mod records;
+mod restore;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;

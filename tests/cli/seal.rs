@@ -92,9 +92,12 @@ fn a_workspace_holding_a_token_goes_to_quarantine_and_restores_only_from_there()
     let m = env.manifest("leak");
     assert_eq!(m["checkpoint"]["source"], "quarantine");
 
-    // From quarantine: restored, with the token file, and said so.
+    // From quarantine: restored, with the token file, and what the scan
+    // found listed, redacted.
     let t1 = env.path("from-quarantine");
-    env.run(&["restore", q.to_str().unwrap(), "--to", t1.to_str().unwrap()]).ok().stderr_has("not scanned");
+    let out = env.run(&["restore", q.to_str().unwrap(), "--to", t1.to_str().unwrap()]);
+    out.ok().stderr_has("from a quarantine archive").stderr_has("work/config.yml:1:github-token");
+    assert!(!out.stderr.contains(&token), "the secret was printed");
     assert!(std::fs::read_to_string(t1.join("work/config.yml")).unwrap().contains(&token));
 
     // The same archive copied to an ordinary location: refused, target empty.
