@@ -8,7 +8,7 @@
 //! over the target, so a reader sees the old bytes or the new ones, never a
 //! mix; `rename` replaces a planted symlink rather than writing through it.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -161,7 +161,8 @@ impl Dir {
     }
 
     /// Opens the subdirectory `name`, refusing a symlink.
-    pub fn sub(&self, name: &str) -> Result<Dir> {
+    pub fn sub(&self, name: impl AsRef<OsStr>) -> Result<Dir> {
+        let name = name.as_ref();
         let path = self.join(name);
         match openat(
             self.fd.as_fd(),
@@ -176,12 +177,14 @@ impl Dir {
         }
     }
 
-    fn is_symlink(&self, name: &str) -> bool {
+    fn is_symlink(&self, name: impl AsRef<OsStr>) -> bool {
+        let name = name.as_ref();
         matches!(self.lstat(name), Ok(Some(st)) if kind(&st) == SFlag::S_IFLNK)
     }
 
     /// Creates the directory `name` with `mode`; fails if anything exists there.
-    pub fn mkdir(&self, name: &str, mode: u32) -> io::Result<()> {
+    pub fn mkdir(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<()> {
+        let name = name.as_ref();
         mkdirat(self.fd.as_fd(), name, Mode::from_bits_truncate(mode)).map_err(io::Error::from)
     }
 
@@ -198,7 +201,8 @@ impl Dir {
     }
 
     /// `lstat` of `name`; `None` when nothing is there.
-    pub fn lstat(&self, name: &str) -> Result<Option<FileStat>> {
+    pub fn lstat(&self, name: impl AsRef<OsStr>) -> Result<Option<FileStat>> {
+        let name = name.as_ref();
         match fstatat(self.fd.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(st)),
             Err(Errno::ENOENT) => Ok(None),
@@ -208,7 +212,8 @@ impl Dir {
 
     /// Opens the regular file `name` for reading; refuses symlinks and
     /// anything that is not a regular file.
-    pub fn open_read(&self, name: &str) -> Result<Option<File>> {
+    pub fn open_read(&self, name: impl AsRef<OsStr>) -> Result<Option<File>> {
+        let name = name.as_ref();
         let path = self.join(name);
         let fd = match openat(
             self.fd.as_fd(),
@@ -232,7 +237,8 @@ impl Dir {
     }
 
     /// Creates `name` exclusively (never through a symlink) for writing.
-    pub fn create_new(&self, name: &str, mode: u32) -> io::Result<File> {
+    pub fn create_new(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let name = name.as_ref();
         let fd = openat(
             self.fd.as_fd(),
             name,
@@ -338,7 +344,8 @@ impl Dir {
     }
 
     /// Removes the file (or symlink) `name`; missing is fine.
-    pub fn unlink(&self, name: &str) -> Result<()> {
+    pub fn unlink(&self, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(Error::io("cannot remove", self.join(name), e.into())),
@@ -346,7 +353,8 @@ impl Dir {
     }
 
     /// Removes the empty directory `name`; missing is fine.
-    pub fn rmdir(&self, name: &str) -> Result<()> {
+    pub fn rmdir(&self, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(Error::io("cannot remove directory", self.join(name), e.into())),
@@ -354,7 +362,8 @@ impl Dir {
     }
 
     /// Creates the symlink `name` pointing at `target`.
-    pub fn symlink(&self, target: &Path, name: &str) -> Result<()> {
+    pub fn symlink(&self, target: &Path, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         symlinkat(target, self.fd.as_fd(), name).ctx("cannot create symlink", self.join(name))
     }
 
@@ -398,7 +407,8 @@ impl Dir {
     /// Missing is fine. A mount point inside is left with the directories
     /// leading to it, and makes this an error naming it (see
     /// [`Dir::remove_tree_keeping_mounts`]). Returns how many entries went.
-    pub fn remove_tree(&self, name: &str) -> Result<u64> {
+    pub fn remove_tree(&self, name: impl AsRef<OsStr>) -> Result<u64> {
+        let name = name.as_ref();
         let removed = self.remove_tree_keeping_mounts(name)?;
         match removed.mounts_left.first() {
             None => Ok(removed.entries),
@@ -414,7 +424,8 @@ impl Dir {
     /// directory (or file) another file system, or a bind mount of this
     /// one, is mounted on is never entered nor removed, and neither are
     /// the directories that lead to it. Symlinks are never followed.
-    pub fn remove_tree_keeping_mounts(&self, name: &str) -> Result<Removed> {
+    pub fn remove_tree_keeping_mounts(&self, name: impl AsRef<OsStr>) -> Result<Removed> {
+        let name = name.as_ref();
         let mut removed = Removed::default();
         let Some(st) = self.lstat(name)? else { return Ok(removed) };
         if kind(&st) != SFlag::S_IFDIR {
@@ -432,15 +443,21 @@ impl Dir {
 
     /// True when a file system is mounted on `name` (read without
     /// following a symlink in `name` itself).
-    fn is_mount_point(&self, name: &str) -> Result<bool> {
+    fn is_mount_point(&self, name: impl AsRef<OsStr>) -> Result<bool> {
+        let name = name.as_ref();
         let here = mount_of(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
-        let there = mount_of_name(self.fd.as_fd(), name).ctx("cannot stat", self.join(name))?;
+        let there = match mount_of_name(self.fd.as_fd(), name) {
+            Ok(m) => m,
+            // Gone meanwhile: nothing is mounted there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io("cannot stat", self.join(name), e)),
+        };
         Ok(there.differs_from(&here, &self.join(name)))
     }
 
     fn remove_dir_tree(
         &self,
-        name: &str,
+        name: &OsStr,
         mount: &Mount,
         depth: usize,
         left: &mut Vec<PathBuf>,
@@ -455,6 +472,10 @@ impl Dir {
         }
         let sub = match self.sub(name) {
             Ok(d) => d,
+            // Removed meanwhile (another reaper): what this was to do is done.
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::ENOENT) => {
+                return Ok(0);
+            }
             Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::EACCES) => {
                 // A directory without read or search permission: give it
                 // back (a mount point cannot be opened either way here, so
@@ -463,14 +484,23 @@ impl Dir {
                     left.push(path);
                     return Ok(0);
                 }
-                nix::sys::stat::fchmodat(
+                match nix::sys::stat::fchmodat(
                     self.fd.as_fd(),
                     name,
                     Mode::from_bits_truncate(0o700),
                     nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-                )
-                .ctx("cannot make writable", &path)?;
-                self.sub(name)?
+                ) {
+                    Ok(()) => {}
+                    Err(Errno::ENOENT) => return Ok(0),
+                    Err(e) => return Err(Error::io("cannot make writable", &path, e.into())),
+                }
+                match self.sub(name) {
+                    Ok(d) => d,
+                    Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::ENOENT) => {
+                        return Ok(0);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Err(e) => return Err(e),
         };
@@ -487,7 +517,7 @@ impl Dir {
             let result = if is_dir == Some(true) {
                 sub.remove_dir_tree(&child, mount, depth + 1, left)
             } else {
-                match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                match unlinkat(sub.fd.as_fd(), child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                     Ok(()) | Err(Errno::ENOENT) => Ok(1),
                     Err(Errno::EISDIR) => sub.remove_dir_tree(&child, mount, depth + 1, left),
                     Err(Errno::EBUSY) if sub.is_mount_point(&child)? => {
@@ -498,7 +528,7 @@ impl Dir {
                         made_writable = true;
                         nix::sys::stat::fchmod(sub.fd.as_fd(), Mode::from_bits_truncate(0o700))
                             .ctx("cannot make writable", sub.path())?;
-                        match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                        match unlinkat(sub.fd.as_fd(), child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                             Ok(()) | Err(Errno::ENOENT) => Ok(1),
                             Err(e) => Err(Error::io("cannot remove", sub.join(&child), e.into())),
                         }
@@ -518,9 +548,10 @@ impl Dir {
             Err(Errno::EACCES | Errno::EPERM) => {
                 nix::sys::stat::fchmod(self.fd.as_fd(), Mode::from_bits_truncate(0o700))
                     .ctx("cannot make writable", &self.path)?;
-                unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir)
-                    .ctx("cannot remove directory", &path)?;
-                Ok(removed + 1)
+                match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => Ok(removed + 1),
+                    Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
+                }
             }
             Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
         }
@@ -545,7 +576,7 @@ impl Dir {
     /// The names in this directory with whether each is a directory (when
     /// the file system says so without a stat), read through the open
     /// descriptor rather than the path.
-    pub fn entries_raw(&self) -> Result<Vec<(String, Option<bool>)>> {
+    pub fn entries_raw(&self) -> Result<Vec<(OsString, Option<bool>)>> {
         let fd = openat(
             self.fd.as_fd(),
             ".",
@@ -561,21 +592,42 @@ impl Dir {
             if name == b"." || name == b".." {
                 continue;
             }
-            let Ok(name) = std::str::from_utf8(name) else {
-                return Err(Error::Other(format!(
-                    "`{}` holds a name that is not UTF-8",
-                    self.path.display()
-                )));
-            };
             let is_dir = entry.file_type().map(|t| t == nix::dir::Type::Directory);
-            out.push((name.to_string(), is_dir));
+            out.push((OsStr::from_bytes(name).to_os_string(), is_dir));
         }
         Ok(out)
     }
 
-    /// The names in this directory, except `.` and `..`.
+    /// The names in this directory, except `.` and `..`, that are UTF-8:
+    /// for callers that look for names runws makes (run ids, its own
+    /// files), which always are. Walks that must see every name use
+    /// [`Dir::entries_raw`].
     pub fn entries(&self) -> Result<Vec<String>> {
-        Ok(self.entries_raw()?.into_iter().map(|(name, _)| name).collect())
+        Ok(self.entries_raw()?.into_iter().filter_map(|(name, _)| name.into_string().ok()).collect())
+    }
+
+    /// Every name in this directory, except `.` and `..`; an error naming
+    /// the first that is not UTF-8 (for trees runws only ever fills with
+    /// such names).
+    pub fn entries_utf8(&self) -> Result<Vec<String>> {
+        self.entries_raw()?
+            .into_iter()
+            .map(|(name, _)| {
+                name.into_string().map_err(|n| {
+                    Error::Other(format!(
+                        "`{}` holds a name that is not UTF-8: `{}`",
+                        crate::shown::os(self.path.as_os_str()),
+                        crate::shown::os(&n)
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// True when this directory has been removed since it was opened (its
+    /// descriptor still works, but no name leads to it any more).
+    pub fn is_removed(&self) -> bool {
+        fstat(self.fd.as_fd()).is_ok_and(|st| st.st_nlink == 0)
     }
 
     pub fn raw_fd(&self) -> i32 {
@@ -654,8 +706,9 @@ fn mount_of(fd: BorrowedFd<'_>) -> io::Result<Mount> {
 
 /// The mount of `name` in `dir`: a mount point shows its mounted root (a
 /// symlink is not followed).
-fn mount_of_name(dir: BorrowedFd<'_>, name: &str) -> io::Result<Mount> {
-    let name = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+fn mount_of_name(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Mount> {
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
     statx_of(dir, &name, nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT, nix::libc::STATX_MNT_ID)
         .map(|sx| mount_from(&sx))
 }

@@ -143,7 +143,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
 
 /// Copies `src` into `dst`, replacing files and links, skipping `.git`.
 fn copy_tree(src: &Dir, dst: &Dir, files: &mut u64) -> Result<()> {
-    let mut names: Vec<String> = src.entries_raw()?.into_iter().map(|(n, _)| n).collect();
+    let mut names: Vec<String> = src.entries_utf8()?;
     names.sort();
     for name in names.into_iter().filter(|n| n != ".git") {
         let Some(st) = src.lstat(&name)? else { continue };
