@@ -260,11 +260,88 @@ impl Dir {
     }
 
     /// Creates a fresh temp file in this directory that will become `name`
-    /// after [`Dir::rename`]; returns its name and the open file.
+    /// after [`Dir::rename`]; returns its name and the open file. The file
+    /// is locked while it is open (see [`Dir::create_locked`]), so a
+    /// cleanup tells the temp file of a writer that died from a live one.
     pub fn create_temp(&self, name: &str, mode: u32) -> Result<(String, File)> {
-        let tmp = Self::temp_name(name);
-        let file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", self.join(name))?;
-        Ok((tmp, file))
+        loop {
+            let tmp = Self::temp_name(name);
+            match self.create_locked(&tmp, mode) {
+                Ok(file) => return Ok((tmp, file)),
+                // Removed by a cleanup before the lock was taken: a new name.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("cannot create a temp file beside", self.join(name), e)),
+            }
+        }
+    }
+
+    /// Creates `name` exclusively (never through a symlink) and takes an
+    /// exclusive `flock` on it, held as long as the file is open: a writer
+    /// that dies releases it, so [`Dir::abandoned`] can tell its leftovers
+    /// from a live writer's file, even when the pid was reused. A cleanup
+    /// that took the lock in the moment between the creation and the lock
+    /// (and so removed the file) makes this fail with `NotFound`.
+    pub fn create_locked(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let name = name.as_ref();
+        let file = self.create_new(name, mode)?;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX) } != 0 {
+            let e = io::Error::last_os_error();
+            let _ = unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        if fstat(file.as_fd())?.st_nlink == 0 {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        Ok(file)
+    }
+
+    /// Whether the regular file `name` is a dead writer's leftover: nobody
+    /// holds the lock its writer took (see [`Dir::create_locked`]). With
+    /// `remove`, an abandoned file is removed while this holds its lock,
+    /// and only if `name` still names the file that was checked. Never
+    /// follows a symlink; a symlink, fifo or other special file is
+    /// [`Leftover::NotAFile`].
+    pub fn abandoned(&self, name: impl AsRef<OsStr>, remove: bool) -> Result<Leftover> {
+        let name = name.as_ref();
+        let path = self.join(name);
+        let fd = match openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(Leftover::Gone),
+            Err(e) if is_symlink_errno(e) => return Ok(Leftover::NotAFile),
+            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        if kind(&st) != SFlag::S_IFREG {
+            return Ok(Leftover::NotAFile);
+        }
+        let lock = match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(Leftover::Held),
+            Err((_, e)) => return Err(Error::io("cannot lock", path, e.into())),
+        };
+        if st.st_nlink == 0 {
+            return Ok(Leftover::Gone);
+        }
+        if !remove {
+            return Ok(Leftover::Abandoned);
+        }
+        // The name must still lead to the file that was checked.
+        match self.lstat(name)? {
+            Some(now) if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) => {}
+            _ => return Ok(Leftover::Gone),
+        }
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(Error::io("cannot remove", path, e.into())),
+        }
+        drop(lock);
+        Ok(Leftover::Abandoned)
     }
 
     /// Writes `name` atomically: the bytes produced by `fill` go to a temp
@@ -309,8 +386,7 @@ impl Dir {
     /// is as good as the file never having been written (a first write).
     pub fn write_atomic_deferred(&self, name: &str, bytes: &[u8], mode: u32) -> Result<PendingSync> {
         let path = self.join(name);
-        let tmp = Self::temp_name(name);
-        let mut file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", &path)?;
+        let (tmp, mut file) = self.create_temp(name, mode)?;
         if let Err(e) = file.write_all(bytes) {
             let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
             return Err(Error::io("cannot write", path, e));
@@ -376,6 +452,22 @@ impl Dir {
     pub fn lock(&self) -> Result<DirLock> {
         let dup = self.fd.try_clone().ctx("cannot lock", &self.path)?;
         let lock = Flock::lock(dup, FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
+        Ok(DirLock { _lock: lock })
+    }
+
+    /// Takes an exclusive `flock` on this directory through a descriptor
+    /// of its own: unlike [`Dir::lock`], a later [`Dir::lock`] by this
+    /// same process waits for it, and releasing that one leaves this held.
+    pub fn lock_apart(&self) -> Result<DirLock> {
+        let fd = openat(
+            self.fd.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ctx("cannot lock", &self.path)?;
+        let lock = Flock::lock(fd, FlockArg::LockExclusive)
             .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
         Ok(DirLock { _lock: lock })
     }
@@ -637,6 +729,32 @@ impl Dir {
     pub fn borrow(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// What [`Dir::abandoned`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nobody holds its lock: its writer is gone (removed, if asked).
+    Abandoned,
+    /// A live process holds its lock.
+    Held,
+    /// Not a regular file: never one a writer of runws's left.
+    NotAFile,
+    /// Nothing there (any more).
+    Gone,
+}
+
+/// True for the name of a temp file [`Dir::create_temp`] makes:
+/// `.NAME.PID.N.NANOS.tmp` (PID and N decimal, NANOS hex).
+pub fn is_temp_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(b".").and_then(|n| n.strip_suffix(b".tmp")) else { return false };
+    let mut parts = rest.rsplitn(4, |&b| b == b'.');
+    let (Some(nanos), Some(n), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    digits(pid) && digits(n) && !nanos.is_empty() && nanos.iter().all(u8::is_ascii_hexdigit)
 }
 
 /// What [`Dir::remove_tree_keeping_mounts`] did.

@@ -511,6 +511,16 @@ fn teardown(
             format!("left mount point `{}` and the directories leading to it", m.display()),
         ));
     }
+    // Temp files of writers that died: runws's manifest writes, `put`,
+    // `import`.
+    let mut found = Vec::new();
+    crate::leftovers::temp_files(&run.dir, 0, opts.dry_run, &mut found);
+    for (sub, depth) in [("outputs", 0), ("inputs", 2)] {
+        if let Ok(d) = run.sub(sub) {
+            crate::leftovers::temp_files(&d, depth, opts.dry_run, &mut found);
+        }
+    }
+    steps.extend(found.into_iter().map(|f| step_of(f, opts.dry_run)));
     // The final record's temp file of a runws that never finished.
     if !opts.dry_run
         && let Err(e) = run.dir.unlink(workspace::FINAL_TEMP)
@@ -525,6 +535,17 @@ fn teardown(
 pub const ALREADY_REAPED: &str = "already reaped";
 /// The reason given for a run another reaper removed while this one looked.
 const GONE_MEANWHILE: &str = "removed by another reaper meanwhile";
+
+/// A leftover's report line as a step.
+fn step_of(f: crate::leftovers::Found, dry_run: bool) -> Step {
+    let outcome = match (f.ok, f.acted) {
+        (false, _) => Outcome::Failed,
+        (true, false) => Outcome::Kept,
+        (true, true) if dry_run => Outcome::WouldDo,
+        (true, true) => Outcome::Done,
+    };
+    Step::new(outcome, f.message)
+}
 
 fn reaper_id() -> String {
     format!("{}:{}", procinfo::hostname(), std::process::id())
@@ -585,7 +606,7 @@ fn report(run_id: &str, status: &str, action: Action, reason: impl Into<String>)
 pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
     let runs = match workspace::runs_dir(root, false) {
         Ok(d) => d,
-        Err(_) => return Ok(Vec::new()),
+        Err(_) => return Ok(leftover_reports(root, opts)),
     };
     let mut ids: Vec<String> =
         runs.entries()?.into_iter().filter(|id| workspace::check_run_id(id).is_ok()).collect();
@@ -607,12 +628,49 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
             .collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
+    let mut reports = reports;
+    reports.extend(leftover_reports(root, opts));
     if !opts.dry_run {
         // Manifests above were renamed into place unsynced: one sync of the
         // file system makes all of them (and the removals) durable at once.
         nix::unistd::syncfs(runs.borrow()).map_err(|e| Error::io("cannot sync", runs.path(), e.into()))?;
     }
     Ok(reports)
+}
+
+/// The leftovers of dead writers outside run directories: temp files in
+/// `ROOT/archive`, `ROOT/quarantine` and `ROOT/store`, and restores' staging
+/// directories. One report per place that held any, named `ROOT/<place>`.
+fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
+    let mut out = Vec::new();
+    let mut push = |place: &str, found: Vec<crate::leftovers::Found>| {
+        if found.is_empty() {
+            return;
+        }
+        let steps: Vec<Step> = found.into_iter().map(|f| step_of(f, opts.dry_run)).collect();
+        let action = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+            Action::Failed
+        } else if !steps.iter().any(|s| matches!(s.outcome, Outcome::Done | Outcome::WouldDo)) {
+            Action::Skipped
+        } else if opts.dry_run {
+            Action::WouldReap
+        } else {
+            Action::Reaped
+        };
+        let mut r =
+            report(&format!("ROOT/{place}"), "leftovers", action, "left by runws processes that died");
+        r.steps = steps;
+        out.push(r);
+    };
+    for place in ["archive", "quarantine", "store"] {
+        let mut found = Vec::new();
+        if let Ok(dir) = Dir::open(root.join(place)) {
+            crate::leftovers::temp_files(&dir, 3, opts.dry_run, &mut found);
+        }
+        push(place, found);
+    }
+    push(crate::restores::DIR, crate::restores::reap(root, opts.dry_run));
+    out
 }
 
 fn reap_one(
@@ -632,6 +690,7 @@ fn reap_one(
     };
     let m = match manifest::read(&run.dir) {
         Ok(m) => m,
+        Err(Error::ManifestMissing { .. }) => return without_manifest(runs, run, opts),
         Err(e) => {
             return report(id, "unreadable", Action::Skipped, format!("{e}; nothing proves who owns it"));
         }
@@ -791,6 +850,45 @@ fn reap_one(
         r.reason = "past its retention, but its teardown failed: the run is kept".into();
     }
     r
+}
+
+/// A run directory without a manifest: left by a runws killed before it
+/// wrote the first one (while it copied the inputs, say), or by a reaper
+/// killed while it removed the run. Removed whole once nothing live holds
+/// it: its lock is free (runws holds it while it makes the run) and the
+/// runws named in [`workspace::CREATING`] is gone (pid and start time).
+fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
+    let id = run.id.clone();
+    let status = "no-manifest";
+    let Ok(Some(lock)) = run.dir.lock_within(Duration::ZERO) else {
+        return report(&id, status, Action::Skipped, "being made: its runws holds its lock");
+    };
+    match manifest::read(&run.dir) {
+        Err(Error::ManifestMissing { .. }) => {}
+        // Written meanwhile: the next reap looks at it.
+        _ => return report(&id, status, Action::Skipped, "its manifest appeared meanwhile"),
+    }
+    if let Some((pid, start)) = workspace::creator(&run.dir)
+        && procinfo::is_same_process(pid, start)
+    {
+        return report(&id, status, Action::Skipped, format!("being made: its runws process {pid} is alive"));
+    }
+    let reason = "no manifest, and the runws that made it is gone";
+    if opts.dry_run {
+        let mut r = report(&id, status, Action::WouldRemove, reason);
+        r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
+        return r;
+    }
+    let removed = runs.remove_tree(&id);
+    drop(lock);
+    match removed {
+        Ok(_) => report(&id, status, Action::Removed, reason),
+        Err(e) => {
+            let mut r = report(&id, status, Action::Failed, reason);
+            r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
+            r
+        }
+    }
 }
 
 /// True when `e` came from the run having been removed (or being removed,

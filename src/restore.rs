@@ -60,6 +60,12 @@ pub fn verify(archive: &Path) -> Result<String> {
 /// Restores `archive` into `target`, which must be absent or an empty
 /// directory. On any error `target` is left as it was.
 pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
+    restore_registered(archive, target, None)
+}
+
+/// [`restore`], registering its staging directory under `root` first (see
+/// [`crate::restores`]), so that `reap` removes it if this process dies.
+pub fn restore_registered(archive: &Path, target: &Path, root: Option<&Path>) -> Result<RestoreReport> {
     let target_existed = check_target(target)?;
     // One open file serves the check and the extraction, so a rename of
     // another file over `archive` in between changes nothing.
@@ -72,10 +78,7 @@ pub fn restore(archive: &Path, target: &Path) -> Result<RestoreReport> {
 
     let (parent, name) = split_parent(target)?;
     let parent_dir = Dir::open(parent)?;
-    let staging = tempfile::Builder::new()
-        .prefix(&format!(".{}.restore-", name.to_string_lossy().chars().take(64).collect::<String>()))
-        .tempdir_in(parent)
-        .ctx("cannot create a staging directory in", parent)?;
+    let staging = crate::restores::staging(root, parent, name)?;
 
     let mut hasher = Sha256::new();
     let extracted = {

@@ -92,7 +92,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Seal { run, opts } => seal::seal(root, &run, &opts),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Verify { archive } => seal::verify(&archive),
-        Command::Restore { archive, to } => seal::restore(&archive, &to),
+        Command::Restore { archive, to } => seal::restore(root, &archive, &to),
         Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
             reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
         }

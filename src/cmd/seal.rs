@@ -93,8 +93,9 @@ pub fn verify(archive: &Path) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
-pub fn restore(archive: &Path, to: &Path) -> anyhow::Result<u8> {
-    let report = restore::restore(archive, to)?;
+pub fn restore(root: Option<&Path>, archive: &Path, to: &Path) -> anyhow::Result<u8> {
+    let root = crate::workspace::resolve_root(root)?;
+    let report = restore::restore_registered(archive, to, Some(&root))?;
     if report.from_quarantine {
         eprintln!(
             "runws: restored {} files from a quarantine archive into {}; it was not scanned for secrets (its location says quarantine)",

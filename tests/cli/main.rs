@@ -20,6 +20,7 @@ mod names;
 mod ports;
 mod reap;
 mod reap_git;
+mod reap_leftovers;
 mod reap_procs;
 mod reap_race;
 mod sandbox;
