@@ -8,7 +8,7 @@
 //! over the target, so a reader sees the old bytes or the new ones, never a
 //! mix; `rename` replaces a planted symlink rather than writing through it.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -233,7 +233,8 @@ impl Dir {
     }
 
     /// Opens the subdirectory `name`, refusing a symlink.
-    pub fn sub(&self, name: &str) -> Result<Dir> {
+    pub fn sub(&self, name: impl AsRef<OsStr>) -> Result<Dir> {
+        let name = name.as_ref();
         let path = self.join(name);
         match openat(
             self.fd.as_fd(),
@@ -248,12 +249,14 @@ impl Dir {
         }
     }
 
-    fn is_symlink(&self, name: &str) -> bool {
+    fn is_symlink(&self, name: impl AsRef<OsStr>) -> bool {
+        let name = name.as_ref();
         matches!(self.lstat(name), Ok(Some(st)) if kind(&st) == SFlag::S_IFLNK)
     }
 
     /// Creates the directory `name` with `mode`; fails if anything exists there.
-    pub fn mkdir(&self, name: &str, mode: u32) -> io::Result<()> {
+    pub fn mkdir(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<()> {
+        let name = name.as_ref();
         mkdirat(self.fd.as_fd(), name, Mode::from_bits_truncate(mode)).map_err(io::Error::from)
     }
 
@@ -270,7 +273,8 @@ impl Dir {
     }
 
     /// `lstat` of `name`; `None` when nothing is there.
-    pub fn lstat(&self, name: &str) -> Result<Option<FileStat>> {
+    pub fn lstat(&self, name: impl AsRef<OsStr>) -> Result<Option<FileStat>> {
+        let name = name.as_ref();
         match fstatat(self.fd.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(st)),
             Err(Errno::ENOENT) => Ok(None),
@@ -280,7 +284,8 @@ impl Dir {
 
     /// Opens the regular file `name` for reading; refuses symlinks and
     /// anything that is not a regular file.
-    pub fn open_read(&self, name: &str) -> Result<Option<File>> {
+    pub fn open_read(&self, name: impl AsRef<OsStr>) -> Result<Option<File>> {
+        let name = name.as_ref();
         let path = self.join(name);
         let fd = match openat(
             self.fd.as_fd(),
@@ -304,7 +309,8 @@ impl Dir {
     }
 
     /// Creates `name` exclusively (never through a symlink) for writing.
-    pub fn create_new(&self, name: &str, mode: u32) -> io::Result<File> {
+    pub fn create_new(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let name = name.as_ref();
         let fd = openat(
             self.fd.as_fd(),
             name,
@@ -326,11 +332,88 @@ impl Dir {
     }
 
     /// Creates a fresh temp file in this directory that will become `name`
-    /// after [`Dir::rename`]; returns its name and the open file.
+    /// after [`Dir::rename`]; returns its name and the open file. The file
+    /// is locked while it is open (see [`Dir::create_locked`]), so a
+    /// cleanup tells the temp file of a writer that died from a live one.
     pub fn create_temp(&self, name: &str, mode: u32) -> Result<(String, File)> {
-        let tmp = Self::temp_name(name);
-        let file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", self.join(name))?;
-        Ok((tmp, file))
+        loop {
+            let tmp = Self::temp_name(name);
+            match self.create_locked(&tmp, mode) {
+                Ok(file) => return Ok((tmp, file)),
+                // Removed by a cleanup before the lock was taken: a new name.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("cannot create a temp file beside", self.join(name), e)),
+            }
+        }
+    }
+
+    /// Creates `name` exclusively (never through a symlink) and takes an
+    /// exclusive `flock` on it, held as long as the file is open: a writer
+    /// that dies releases it, so [`Dir::abandoned`] can tell its leftovers
+    /// from a live writer's file, even when the pid was reused. A cleanup
+    /// that took the lock in the moment between the creation and the lock
+    /// (and so removed the file) makes this fail with `NotFound`.
+    pub fn create_locked(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let name = name.as_ref();
+        let file = self.create_new(name, mode)?;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX) } != 0 {
+            let e = io::Error::last_os_error();
+            let _ = unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        if fstat(file.as_fd())?.st_nlink == 0 {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        Ok(file)
+    }
+
+    /// Whether the regular file `name` is a dead writer's leftover: nobody
+    /// holds the lock its writer took (see [`Dir::create_locked`]). With
+    /// `remove`, an abandoned file is removed while this holds its lock,
+    /// and only if `name` still names the file that was checked. Never
+    /// follows a symlink; a symlink, fifo or other special file is
+    /// [`Leftover::NotAFile`].
+    pub fn abandoned(&self, name: impl AsRef<OsStr>, remove: bool) -> Result<Leftover> {
+        let name = name.as_ref();
+        let path = self.join(name);
+        let fd = match openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(Leftover::Gone),
+            Err(e) if is_symlink_errno(e) => return Ok(Leftover::NotAFile),
+            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        if kind(&st) != SFlag::S_IFREG {
+            return Ok(Leftover::NotAFile);
+        }
+        let lock = match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(Leftover::Held),
+            Err((_, e)) => return Err(Error::io("cannot lock", path, e.into())),
+        };
+        if st.st_nlink == 0 {
+            return Ok(Leftover::Gone);
+        }
+        if !remove {
+            return Ok(Leftover::Abandoned);
+        }
+        // The name must still lead to the file that was checked.
+        match self.lstat(name)? {
+            Some(now) if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) => {}
+            _ => return Ok(Leftover::Gone),
+        }
+        match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(Error::io("cannot remove", path, e.into())),
+        }
+        drop(lock);
+        Ok(Leftover::Abandoned)
     }
 
     /// Writes `name` atomically: the bytes produced by `fill` go to a temp
@@ -397,8 +480,7 @@ impl Dir {
     /// is as good as the file never having been written (a first write).
     pub fn write_atomic_deferred(&self, name: &str, bytes: &[u8], mode: u32) -> Result<PendingSync> {
         let path = self.join(name);
-        let tmp = Self::temp_name(name);
-        let mut file = self.create_new(&tmp, mode).ctx("cannot create a temp file beside", &path)?;
+        let (tmp, mut file) = self.create_temp(name, mode)?;
         if let Err(e) = file.write_all(bytes) {
             let _ = unlinkat(self.fd.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
             return Err(Error::io("cannot write", path, e));
@@ -432,7 +514,8 @@ impl Dir {
     }
 
     /// Removes the file (or symlink) `name`; missing is fine.
-    pub fn unlink(&self, name: &str) -> Result<()> {
+    pub fn unlink(&self, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(Error::io("cannot remove", self.join(name), e.into())),
@@ -440,7 +523,8 @@ impl Dir {
     }
 
     /// Removes the empty directory `name`; missing is fine.
-    pub fn rmdir(&self, name: &str) -> Result<()> {
+    pub fn rmdir(&self, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(Error::io("cannot remove directory", self.join(name), e.into())),
@@ -448,7 +532,8 @@ impl Dir {
     }
 
     /// Creates the symlink `name` pointing at `target`.
-    pub fn symlink(&self, target: &Path, name: &str) -> Result<()> {
+    pub fn symlink(&self, target: &Path, name: impl AsRef<OsStr>) -> Result<()> {
+        let name = name.as_ref();
         symlinkat(target, self.fd.as_fd(), name).ctx("cannot create symlink", self.join(name))
     }
 
@@ -461,6 +546,22 @@ impl Dir {
     pub fn lock(&self) -> Result<DirLock> {
         let dup = self.fd.try_clone().ctx("cannot lock", &self.path)?;
         let lock = Flock::lock(dup, FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
+        Ok(DirLock { _lock: lock })
+    }
+
+    /// Takes an exclusive `flock` on this directory through a descriptor
+    /// of its own: unlike [`Dir::lock`], a later [`Dir::lock`] by this
+    /// same process waits for it, and releasing that one leaves this held.
+    pub fn lock_apart(&self) -> Result<DirLock> {
+        let fd = openat(
+            self.fd.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ctx("cannot lock", &self.path)?;
+        let lock = Flock::lock(fd, FlockArg::LockExclusive)
             .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
         Ok(DirLock { _lock: lock })
     }
@@ -492,7 +593,8 @@ impl Dir {
     /// Missing is fine. A mount point inside is left with the directories
     /// leading to it, and makes this an error naming it (see
     /// [`Dir::remove_tree_keeping_mounts`]). Returns how many entries went.
-    pub fn remove_tree(&self, name: &str) -> Result<u64> {
+    pub fn remove_tree(&self, name: impl AsRef<OsStr>) -> Result<u64> {
+        let name = name.as_ref();
         let removed = self.remove_tree_keeping_mounts(name)?;
         match removed.mounts_left.first() {
             None => Ok(removed.entries),
@@ -508,7 +610,8 @@ impl Dir {
     /// directory (or file) another file system, or a bind mount of this
     /// one, is mounted on is never entered nor removed, and neither are
     /// the directories that lead to it. Symlinks are never followed.
-    pub fn remove_tree_keeping_mounts(&self, name: &str) -> Result<Removed> {
+    pub fn remove_tree_keeping_mounts(&self, name: impl AsRef<OsStr>) -> Result<Removed> {
+        let name = name.as_ref();
         let mut removed = Removed::default();
         let Some(st) = self.lstat(name)? else { return Ok(removed) };
         if kind(&st) != SFlag::S_IFDIR {
@@ -526,15 +629,21 @@ impl Dir {
 
     /// True when a file system is mounted on `name` (read without
     /// following a symlink in `name` itself).
-    fn is_mount_point(&self, name: &str) -> Result<bool> {
+    fn is_mount_point(&self, name: impl AsRef<OsStr>) -> Result<bool> {
+        let name = name.as_ref();
         let here = mount_of(self.fd.as_fd()).ctx("cannot stat", &self.path)?;
-        let there = mount_of_name(self.fd.as_fd(), name).ctx("cannot stat", self.join(name))?;
+        let there = match mount_of_name(self.fd.as_fd(), name) {
+            Ok(m) => m,
+            // Gone meanwhile: nothing is mounted there.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io("cannot stat", self.join(name), e)),
+        };
         Ok(there.differs_from(&here, &self.join(name)))
     }
 
     fn remove_dir_tree(
         &self,
-        name: &str,
+        name: &OsStr,
         mount: &Mount,
         depth: usize,
         left: &mut Vec<PathBuf>,
@@ -549,6 +658,10 @@ impl Dir {
         }
         let sub = match self.sub(name) {
             Ok(d) => d,
+            // Removed meanwhile (another reaper): what this was to do is done.
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::ENOENT) => {
+                return Ok(0);
+            }
             Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::EACCES) => {
                 // A directory without read or search permission: give it
                 // back (a mount point cannot be opened either way here, so
@@ -557,14 +670,23 @@ impl Dir {
                     left.push(path);
                     return Ok(0);
                 }
-                nix::sys::stat::fchmodat(
+                match nix::sys::stat::fchmodat(
                     self.fd.as_fd(),
                     name,
                     Mode::from_bits_truncate(0o700),
                     nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-                )
-                .ctx("cannot make writable", &path)?;
-                self.sub(name)?
+                ) {
+                    Ok(()) => {}
+                    Err(Errno::ENOENT) => return Ok(0),
+                    Err(e) => return Err(Error::io("cannot make writable", &path, e.into())),
+                }
+                match self.sub(name) {
+                    Ok(d) => d,
+                    Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::ENOENT) => {
+                        return Ok(0);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Err(e) => return Err(e),
         };
@@ -581,7 +703,7 @@ impl Dir {
             let result = if is_dir == Some(true) {
                 sub.remove_dir_tree(&child, mount, depth + 1, left)
             } else {
-                match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                match unlinkat(sub.fd.as_fd(), child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                     Ok(()) | Err(Errno::ENOENT) => Ok(1),
                     Err(Errno::EISDIR) => sub.remove_dir_tree(&child, mount, depth + 1, left),
                     Err(Errno::EBUSY) if sub.is_mount_point(&child)? => {
@@ -592,7 +714,7 @@ impl Dir {
                         made_writable = true;
                         nix::sys::stat::fchmod(sub.fd.as_fd(), Mode::from_bits_truncate(0o700))
                             .ctx("cannot make writable", sub.path())?;
-                        match unlinkat(sub.fd.as_fd(), child.as_str(), UnlinkatFlags::NoRemoveDir) {
+                        match unlinkat(sub.fd.as_fd(), child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                             Ok(()) | Err(Errno::ENOENT) => Ok(1),
                             Err(e) => Err(Error::io("cannot remove", sub.join(&child), e.into())),
                         }
@@ -612,9 +734,10 @@ impl Dir {
             Err(Errno::EACCES | Errno::EPERM) => {
                 nix::sys::stat::fchmod(self.fd.as_fd(), Mode::from_bits_truncate(0o700))
                     .ctx("cannot make writable", &self.path)?;
-                unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir)
-                    .ctx("cannot remove directory", &path)?;
-                Ok(removed + 1)
+                match unlinkat(self.fd.as_fd(), name, UnlinkatFlags::RemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => Ok(removed + 1),
+                    Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
+                }
             }
             Err(e) => Err(Error::io("cannot remove directory", path, e.into())),
         }
@@ -639,7 +762,7 @@ impl Dir {
     /// The names in this directory with whether each is a directory (when
     /// the file system says so without a stat), read through the open
     /// descriptor rather than the path.
-    pub fn entries_raw(&self) -> Result<Vec<(String, Option<bool>)>> {
+    pub fn entries_raw(&self) -> Result<Vec<(OsString, Option<bool>)>> {
         let fd = openat(
             self.fd.as_fd(),
             ".",
@@ -655,21 +778,42 @@ impl Dir {
             if name == b"." || name == b".." {
                 continue;
             }
-            let Ok(name) = std::str::from_utf8(name) else {
-                return Err(Error::Other(format!(
-                    "`{}` holds a name that is not UTF-8",
-                    self.path.display()
-                )));
-            };
             let is_dir = entry.file_type().map(|t| t == nix::dir::Type::Directory);
-            out.push((name.to_string(), is_dir));
+            out.push((OsStr::from_bytes(name).to_os_string(), is_dir));
         }
         Ok(out)
     }
 
-    /// The names in this directory, except `.` and `..`.
+    /// The names in this directory, except `.` and `..`, that are UTF-8:
+    /// for callers that look for names runws makes (run ids, its own
+    /// files), which always are. Walks that must see every name use
+    /// [`Dir::entries_raw`].
     pub fn entries(&self) -> Result<Vec<String>> {
-        Ok(self.entries_raw()?.into_iter().map(|(name, _)| name).collect())
+        Ok(self.entries_raw()?.into_iter().filter_map(|(name, _)| name.into_string().ok()).collect())
+    }
+
+    /// Every name in this directory, except `.` and `..`; an error naming
+    /// the first that is not UTF-8 (for trees runws only ever fills with
+    /// such names).
+    pub fn entries_utf8(&self) -> Result<Vec<String>> {
+        self.entries_raw()?
+            .into_iter()
+            .map(|(name, _)| {
+                name.into_string().map_err(|n| {
+                    Error::Other(format!(
+                        "`{}` holds a name that is not UTF-8: `{}`",
+                        crate::shown::os(self.path.as_os_str()),
+                        crate::shown::os(&n)
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// True when this directory has been removed since it was opened (its
+    /// descriptor still works, but no name leads to it any more).
+    pub fn is_removed(&self) -> bool {
+        fstat(self.fd.as_fd()).is_ok_and(|st| st.st_nlink == 0)
     }
 
     pub fn raw_fd(&self) -> i32 {
@@ -679,6 +823,32 @@ impl Dir {
     pub fn borrow(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// What [`Dir::abandoned`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nobody holds its lock: its writer is gone (removed, if asked).
+    Abandoned,
+    /// A live process holds its lock.
+    Held,
+    /// Not a regular file: never one a writer of runws's left.
+    NotAFile,
+    /// Nothing there (any more).
+    Gone,
+}
+
+/// True for the name of a temp file [`Dir::create_temp`] makes:
+/// `.NAME.PID.N.NANOS.tmp` (PID and N decimal, NANOS hex).
+pub fn is_temp_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(b".").and_then(|n| n.strip_suffix(b".tmp")) else { return false };
+    let mut parts = rest.rsplitn(4, |&b| b == b'.');
+    let (Some(nanos), Some(n), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    digits(pid) && digits(n) && !nanos.is_empty() && nanos.iter().all(u8::is_ascii_hexdigit)
 }
 
 /// What [`Dir::remove_tree_keeping_mounts`] did.
@@ -748,8 +918,9 @@ fn mount_of(fd: BorrowedFd<'_>) -> io::Result<Mount> {
 
 /// The mount of `name` in `dir`: a mount point shows its mounted root (a
 /// symlink is not followed).
-fn mount_of_name(dir: BorrowedFd<'_>, name: &str) -> io::Result<Mount> {
-    let name = std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
+fn mount_of_name(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Mount> {
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
     statx_of(dir, &name, nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT, nix::libc::STATX_MNT_ID)
         .map(|sx| mount_from(&sx))
 }

@@ -295,15 +295,12 @@ impl Target {
         }
     }
 
-    fn signal(&self, sig: Signal) {
+    /// Sends `sig`; false when the process had ended already.
+    fn signal(&self, sig: Signal) -> bool {
         match self {
-            Target::Fd(fd) => {
-                fd.signal(sig);
-            }
+            Target::Fd(fd) => fd.signal(sig),
             Target::Pid(pid, start) => {
-                if procinfo::is_same_process(*pid, *start) {
-                    let _ = kill(Pid::from_raw(*pid), sig);
-                }
+                procinfo::is_same_process(*pid, *start) && kill(Pid::from_raw(*pid), sig).is_ok()
             }
         }
     }
@@ -350,32 +347,69 @@ fn wait_all(targets: &mut Vec<Target>, limit: Duration) -> bool {
     }
 }
 
+/// How [`end`] left a process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// No member was left to signal: the group had ended (or another
+    /// reaper ended it) before this one got to it.
+    AlreadyGone,
+    /// Members were signalled and are gone.
+    Signalled,
+    /// Not signalled (or not all of it): not provably the run's.
+    Refused,
+    /// Signalled, but a member outlived SIGKILL.
+    Survived,
+}
+
+/// What [`end`] did, and the report line that says so.
+#[derive(Debug, Clone)]
+pub struct GroupEnd {
+    pub ended: Ended,
+    pub message: String,
+}
+
+impl GroupEnd {
+    fn new(ended: Ended, message: String) -> GroupEnd {
+        GroupEnd { ended, message }
+    }
+}
+
 /// Ends process group `pgid` if every member is provably the run's (see
-/// the module's documentation); returns the report line.
+/// the module's documentation).
 pub fn end(
     pgid: i32,
     leader_start: Option<u64>,
     grace: Duration,
     facts: Option<&RunFacts>,
     procs: &Procs,
-) -> String {
+) -> GroupEnd {
+    let gone = || GroupEnd::new(Ended::AlreadyGone, format!("process group {pgid}: already gone"));
     if pgid <= 1 {
-        return format!("process group {pgid}: not a group runws would signal");
+        return GroupEnd::new(
+            Ended::Refused,
+            format!("process group {pgid}: not a group runws would signal"),
+        );
     }
     let members = procs.members(pgid);
     if members.is_empty() {
-        return format!("process group {pgid}: already gone");
+        return gone();
     }
     let proven = match prove(pgid, leader_start, facts, procs, members) {
         Ok(p) => p,
-        Err(line) => return line,
+        Err(line) => return GroupEnd::new(Ended::Refused, line),
     };
+    // `procs` was read when the reap began: members that ended since (or
+    // that another reaper ended) cannot be opened, or take no signal.
     let mut targets: Vec<Target> = proven.iter().filter_map(|&(pid, st)| Target::open(pid, st)).collect();
     let mut known: HashMap<i32, u64> = proven.into_iter().collect();
+    let mut delivered = false;
     for t in &targets {
-        t.signal(Signal::SIGTERM);
+        delivered |= t.signal(Signal::SIGTERM);
         // A stopped process cannot act on SIGTERM.
         t.signal(Signal::SIGCONT);
+    }
+    if !delivered && Procs::scan(None).members(pgid).is_empty() {
+        return gone();
     }
     wait_all(&mut targets, grace);
 
@@ -426,14 +460,20 @@ pub fn end(
     let all_gone = wait_all(&mut targets, Duration::from_secs(5));
     let how = if stopped { "SIGKILL" } else { "SIGTERM" };
     match (all_gone, left_behind) {
-        (false, _) => format!(
-            "process group {pgid}: still alive after SIGKILL ({})",
-            targets.iter().map(|t| t.pid().to_string()).collect::<Vec<_>>().join(", ")
+        (false, _) => GroupEnd::new(
+            Ended::Survived,
+            format!(
+                "process group {pgid}: still alive after SIGKILL ({})",
+                targets.iter().map(|t| t.pid().to_string()).collect::<Vec<_>>().join(", ")
+            ),
         ),
-        (true, Some(pid)) => format!(
-            "process group {pgid}: ended with {how}, but member {pid} joined it meanwhile and is not provably the run's; not signalled"
+        (true, Some(pid)) => GroupEnd::new(
+            Ended::Refused,
+            format!(
+                "process group {pgid}: ended with {how}, but member {pid} joined it meanwhile and is not provably the run's; not signalled"
+            ),
         ),
-        (true, None) => format!("process group {pgid}: ended with {how}"),
+        (true, None) => GroupEnd::new(Ended::Signalled, format!("process group {pgid}: ended with {how}")),
     }
 }
 
@@ -459,4 +499,63 @@ pub fn claimable(pgid: i32, runws_pid: i32, runws_start: u64, run_id: &str) -> R
         }
     }
     Ok(leader.start_time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sleep 60` in a process group of its own, orphaned (so that it does
+    /// not descend from this test, whose name a reaper takes for runws's).
+    fn orphan_group() -> (i32, u64) {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"])
+            .output()
+            .unwrap();
+        let pid: i32 = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(s) = procinfo::stat(pid)
+                && s.pgid == pid
+                && s.ppid != std::process::id() as i32
+            {
+                return (pid, s.start_time);
+            }
+            assert!(Instant::now() < deadline, "sleep never led its own group");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn gone(pid: i32) -> bool {
+        procinfo::stat(pid).is_none_or(|s| matches!(s.state, 'Z' | 'X'))
+    }
+
+    /// A group read while alive but ended before [`end`] got to it (by
+    /// another reaper, say) is reported already gone, not as signalled.
+    #[test]
+    fn a_group_gone_since_the_scan_is_already_gone() {
+        let (pid, start) = orphan_group();
+        let procs = Procs::scan(None);
+        assert!(procs.group_alive(pid));
+        kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !gone(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let ended = end(pid, Some(start), Duration::from_secs(1), None, &procs);
+        assert_eq!(ended.ended, Ended::AlreadyGone, "{}", ended.message);
+        assert_eq!(ended.message, format!("process group {pid}: already gone"));
+    }
+
+    /// A live group that is provably the run's is signalled and said so.
+    #[test]
+    fn a_live_group_is_signalled() {
+        let (pid, start) = orphan_group();
+        let procs = Procs::scan(None);
+        let ended = end(pid, Some(start), Duration::from_secs(5), None, &procs);
+        if !gone(pid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        assert_eq!(ended.ended, Ended::Signalled, "{}", ended.message);
+    }
 }

@@ -74,10 +74,44 @@ pub struct RunReport {
     pub run_id: String,
     /// The status before this reaper looked (or why it could not read it).
     pub status: String,
-    /// `skipped`, `reaped`, `removed`, `would-reap`, `would-remove`, `refused` or `failed`.
-    pub action: &'static str,
+    pub action: Action,
     pub reason: String,
     pub steps: Vec<Step>,
+}
+
+/// What a reaper did with one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Left alone: live, already reaped, or not readable.
+    Skipped,
+    /// Torn down (scratch, claims, process groups).
+    Reaped,
+    /// Removed whole: past its retention, or left by a runws killed before
+    /// it wrote the first record.
+    Removed,
+    /// `--dry-run`: would be torn down.
+    WouldReap,
+    /// `--dry-run`: would be removed whole.
+    WouldRemove,
+    /// Its lease ran out, but its runws is alive.
+    Refused,
+    /// Could not be torn down completely.
+    Failed,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Skipped => "skipped",
+            Action::Reaped => "reaped",
+            Action::Removed => "removed",
+            Action::WouldReap => "would-reap",
+            Action::WouldRemove => "would-remove",
+            Action::Refused => "refused",
+            Action::Failed => "failed",
+        }
+    }
 }
 
 /// Ends process group `pgid` if every member is provably the run's (see
@@ -89,7 +123,7 @@ fn end_group(
     grace: Duration,
     facts: Option<&RunFacts>,
     procs: &Procs,
-) -> String {
+) -> pgroup::GroupEnd {
     pgroup::end(pgid, start_time, grace, facts, procs)
 }
 
@@ -107,7 +141,7 @@ pub(crate) fn end_recorded_group(
         (Some(run), Some(m)) => Some(RunFacts::of(&run.dir, m)),
         _ => None,
     };
-    end_group(pgid, start_time, grace, facts.as_ref(), &Procs::scan(Some(root)))
+    end_group(pgid, start_time, grace, facts.as_ref(), &Procs::scan(Some(root))).message
 }
 
 /// How one teardown step ended.
@@ -416,9 +450,12 @@ fn teardown(
                 Step::new(Outcome::Done, format!("process group {pgid}: already gone"))
             };
         }
-        let s = end_group(pgid, start_time, opts.grace, Some(&facts), procs);
-        let outcome = if s.contains("still alive after SIGKILL") { Outcome::Failed } else { Outcome::Done };
-        Step::new(outcome, s)
+        let ended = end_group(pgid, start_time, opts.grace, Some(&facts), procs);
+        let outcome = match ended.ended {
+            pgroup::Ended::Survived => Outcome::Failed,
+            pgroup::Ended::AlreadyGone | pgroup::Ended::Signalled | pgroup::Ended::Refused => Outcome::Done,
+        };
+        Step::new(outcome, ended.message)
     };
     if let Some(child) = &m.child {
         if same_host {
@@ -474,6 +511,16 @@ fn teardown(
             format!("left mount point `{}` and the directories leading to it", m.display()),
         ));
     }
+    // Temp files of writers that died: runws's manifest writes, `put`,
+    // `import`.
+    let mut found = Vec::new();
+    crate::leftovers::temp_files(&run.dir, 0, opts.dry_run, &mut found);
+    for (sub, depth) in [("outputs", 0), ("inputs", 2)] {
+        if let Ok(d) = run.sub(sub) {
+            crate::leftovers::temp_files(&d, depth, opts.dry_run, &mut found);
+        }
+    }
+    steps.extend(found.into_iter().map(|f| step_of(f, opts.dry_run)));
     // The final record's temp file of a runws that never finished.
     if !opts.dry_run
         && let Err(e) = run.dir.unlink(workspace::FINAL_TEMP)
@@ -484,6 +531,22 @@ fn teardown(
     (steps, ok)
 }
 
+/// The reason given for a run that needed nothing.
+pub const ALREADY_REAPED: &str = "already reaped";
+/// The reason given for a run another reaper removed while this one looked.
+const GONE_MEANWHILE: &str = "removed by another reaper meanwhile";
+
+/// A leftover's report line as a step.
+fn step_of(f: crate::leftovers::Found, dry_run: bool) -> Step {
+    let outcome = match (f.ok, f.acted) {
+        (false, _) => Outcome::Failed,
+        (true, false) => Outcome::Kept,
+        (true, true) if dry_run => Outcome::WouldDo,
+        (true, true) => Outcome::Done,
+    };
+    Step::new(outcome, f.message)
+}
+
 fn reaper_id() -> String {
     format!("{}:{}", procinfo::hostname(), std::process::id())
 }
@@ -492,21 +555,44 @@ fn older_than(t: Option<&str>, keep: Duration, now: SystemTime) -> bool {
     t.and_then(manifest::parse_time).is_some_and(|t| now.duration_since(t).is_ok_and(|age| age >= keep))
 }
 
-/// Why a running run may not be reclaimed yet; `None` when it may.
-fn still_owned(m: &Manifest, now: SystemTime) -> Option<String> {
+/// Why a running run may not be reclaimed yet.
+enum Owner {
+    /// Its lease is valid.
+    Lease(String),
+    /// Its lease ran out, but its runws process is alive.
+    Runws(String),
+}
+
+impl Owner {
+    fn action(&self) -> Action {
+        match self {
+            Owner::Lease(_) => Action::Skipped,
+            Owner::Runws(_) => Action::Refused,
+        }
+    }
+
+    fn why(self) -> String {
+        match self {
+            Owner::Lease(w) | Owner::Runws(w) => w,
+        }
+    }
+}
+
+/// Who still owns a running run; `None` when nobody does.
+fn still_owned(m: &Manifest, now: SystemTime) -> Option<Owner> {
     if m.lease_valid_at(now) {
-        return Some(format!("live: lease until {}", m.lease_until));
+        return Some(Owner::Lease(format!("live: lease until {}", m.lease_until)));
     }
     if m.host == procinfo::hostname() && procinfo::is_same_process(m.runws.pid, m.runws.start_time) {
-        return Some(format!(
+        return Some(Owner::Runws(format!(
             "lease expired at {} but its runws process {} is alive",
             m.lease_until, m.runws.pid
-        ));
+        )));
     }
     None
 }
 
-fn report(run_id: &str, status: &str, action: &'static str, reason: impl Into<String>) -> RunReport {
+fn report(run_id: &str, status: &str, action: Action, reason: impl Into<String>) -> RunReport {
     RunReport {
         run_id: run_id.to_string(),
         status: status.to_string(),
@@ -520,7 +606,7 @@ fn report(run_id: &str, status: &str, action: &'static str, reason: impl Into<St
 pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
     let runs = match workspace::runs_dir(root, false) {
         Ok(d) => d,
-        Err(_) => return Ok(Vec::new()),
+        Err(_) => return Ok(leftover_reports(root, opts)),
     };
     let mut ids: Vec<String> =
         runs.entries()?.into_iter().filter(|id| workspace::check_run_id(id).is_ok()).collect();
@@ -542,12 +628,49 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
             .collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
+    let mut reports = reports;
+    reports.extend(leftover_reports(root, opts));
     if !opts.dry_run {
         // Manifests above were renamed into place unsynced: one sync of the
         // file system makes all of them (and the removals) durable at once.
         nix::unistd::syncfs(runs.borrow()).map_err(|e| Error::io("cannot sync", runs.path(), e.into()))?;
     }
     Ok(reports)
+}
+
+/// The leftovers of dead writers outside run directories: temp files in
+/// `ROOT/archive`, `ROOT/quarantine` and `ROOT/store`, and restores' staging
+/// directories. One report per place that held any, named `ROOT/<place>`.
+fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
+    let mut out = Vec::new();
+    let mut push = |place: &str, found: Vec<crate::leftovers::Found>| {
+        if found.is_empty() {
+            return;
+        }
+        let steps: Vec<Step> = found.into_iter().map(|f| step_of(f, opts.dry_run)).collect();
+        let action = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+            Action::Failed
+        } else if !steps.iter().any(|s| matches!(s.outcome, Outcome::Done | Outcome::WouldDo)) {
+            Action::Skipped
+        } else if opts.dry_run {
+            Action::WouldReap
+        } else {
+            Action::Reaped
+        };
+        let mut r =
+            report(&format!("ROOT/{place}"), "leftovers", action, "left by runws processes that died");
+        r.steps = steps;
+        out.push(r);
+    };
+    for place in ["archive", "quarantine", "store"] {
+        let mut found = Vec::new();
+        if let Ok(dir) = Dir::open(root.join(place)) {
+            crate::leftovers::temp_files(&dir, 3, opts.dry_run, &mut found);
+        }
+        push(place, found);
+    }
+    push(crate::restores::DIR, crate::restores::reap(root, opts.dry_run));
+    out
 }
 
 fn reap_one(
@@ -561,11 +684,16 @@ fn reap_one(
     let now = SystemTime::now();
     let run = match RunDir::open(root, id) {
         Ok(r) => r,
-        Err(e) => return report(id, "unreadable", "skipped", e.to_string()),
+        // Listed, then removed by another reaper (`--keep`): nothing to do.
+        Err(Error::NoSuchRun { .. }) => return report(id, "gone", Action::Skipped, GONE_MEANWHILE),
+        Err(e) => return report(id, "unreadable", Action::Skipped, e.to_string()),
     };
     let m = match manifest::read(&run.dir) {
         Ok(m) => m,
-        Err(e) => return report(id, "unreadable", "skipped", format!("{e}; nothing proves who owns it")),
+        Err(Error::ManifestMissing { .. }) => return without_manifest(runs, run, opts),
+        Err(e) => {
+            return report(id, "unreadable", Action::Skipped, format!("{e}; nothing proves who owns it"));
+        }
     };
     let status = m.status.as_str();
 
@@ -587,18 +715,33 @@ fn reap_one(
         let keep = opts.keep.unwrap_or_default();
         r.reason = format!("finished before the last {}", humantime::format_duration(keep));
         if opts.dry_run {
-            r.action = "would-remove";
+            r.action = Action::WouldRemove;
             r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
             return r;
         }
+        // Under the run's lock, so another reaper's record of its own
+        // teardown waits, then finds the manifest gone, instead of writing
+        // into a directory being removed.
+        let Ok(Some(lock)) = run.dir.lock_within(opts.lock_wait) else {
+            r.action = Action::Skipped;
+            r.reason = "its manifest is locked (another reaper may be removing it)".into();
+            return r;
+        };
+        if run.dir.is_removed() {
+            r.action = Action::Removed;
+            r.reason = GONE_MEANWHILE.into();
+            return r;
+        }
+        let removed = runs.remove_tree(id);
+        drop(lock);
         drop(run);
-        match runs.remove_tree(id) {
+        match removed {
             Ok(_) => {
-                r.action = "removed";
+                r.action = Action::Removed;
                 r.reason = "past its retention".into();
             }
             Err(e) => {
-                r.action = "failed";
+                r.action = Action::Failed;
                 r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
             }
         }
@@ -607,9 +750,8 @@ fn reap_one(
 
     let needs_teardown = match m.status {
         Status::Running => {
-            if let Some(why) = still_owned(&m, now) {
-                let action = if why.starts_with("live") { "skipped" } else { "refused" };
-                return report(id, status, action, why);
+            if let Some(owner) = still_owned(&m, now) {
+                return report(id, status, owner.action(), owner.why());
             }
             true
         }
@@ -617,13 +759,13 @@ fn reap_one(
     };
     if !needs_teardown {
         if retention_over {
-            return remove_whole(run, report(id, status, "removed", ""));
+            return remove_whole(run, report(id, status, Action::Removed, ""));
         }
-        return report(id, status, "skipped", "already reaped");
+        return report(id, status, Action::Skipped, ALREADY_REAPED);
     }
     if opts.dry_run {
         let (steps, _) = teardown(&run, &m, opts, procs, live);
-        let mut r = report(id, status, "would-reap", "nobody owns it");
+        let mut r = report(id, status, Action::WouldReap, "nobody owns it");
         r.steps = steps;
         if retention_over {
             return remove_whole(run, r);
@@ -633,13 +775,13 @@ fn reap_one(
 
     // Take the run over: under the lock, re-check that nobody owns it.
     let Ok(Some(lock)) = run.dir.lock_within(opts.lock_wait) else {
-        return report(id, status, "skipped", "its manifest is locked (a stopped process holds it)");
+        return report(id, status, Action::Skipped, "its manifest is locked (a stopped process holds it)");
     };
     let taken = (|| -> Result<std::result::Result<Manifest, String>> {
         let mut m = manifest::read_settled(&run.dir, &lock)?;
         if m.status == Status::Running {
-            if let Some(why) = still_owned(&m, SystemTime::now()) {
-                return Ok(Err(why));
+            if let Some(owner) = still_owned(&m, SystemTime::now()) {
+                return Ok(Err(owner.why()));
             }
             m.status = Status::Abandoned;
             m.reap = Some(ReapRecord {
@@ -665,8 +807,9 @@ fn reap_one(
     drop(lock);
     let m = match taken {
         Ok(Ok(m)) => m,
-        Ok(Err(why)) => return report(id, status, "refused", why),
-        Err(e) => return report(id, status, "failed", e.to_string()),
+        Ok(Err(why)) => return report(id, status, Action::Refused, why),
+        Err(e) if removed_meanwhile(&run, &e) => return report(id, status, Action::Skipped, GONE_MEANWHILE),
+        Err(e) => return report(id, status, Action::Failed, e.to_string()),
     };
 
     let (steps, ok) = teardown(&run, &m, opts, procs, live);
@@ -680,7 +823,7 @@ fn reap_one(
     let mut r = report(
         id,
         status,
-        if ok { "reaped" } else { "failed" },
+        if ok { Action::Reaped } else { Action::Failed },
         if status == "running" {
             "lease expired and its runws process is gone"
         } else {
@@ -688,17 +831,71 @@ fn reap_one(
         },
     );
     r.steps = steps;
+    if let Err(e) = &recorded
+        && removed_meanwhile(&run, e)
+    {
+        // Another reaper finished this teardown and removed the run whole.
+        r.action = Action::Removed;
+        r.reason = GONE_MEANWHILE.into();
+        return r;
+    }
     if let Err(e) = recorded {
-        r.action = "failed";
+        r.action = Action::Failed;
         r.steps.push(Step::new(Outcome::Failed, format!("cannot record the teardown: {e}")));
     }
-    if r.action == "reaped" && retention_over {
+    if r.action == Action::Reaped && retention_over {
         return remove_whole(run, r);
     }
-    if r.action == "failed" && retention_over {
+    if r.action == Action::Failed && retention_over {
         r.reason = "past its retention, but its teardown failed: the run is kept".into();
     }
     r
+}
+
+/// A run directory without a manifest: left by a runws killed before it
+/// wrote the first one (while it copied the inputs, say), or by a reaper
+/// killed while it removed the run. Removed whole once nothing live holds
+/// it: its lock is free (runws holds it while it makes the run) and the
+/// runws named in [`workspace::CREATING`] is gone (pid and start time).
+fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
+    let id = run.id.clone();
+    let status = "no-manifest";
+    let Ok(Some(lock)) = run.dir.lock_within(Duration::ZERO) else {
+        return report(&id, status, Action::Skipped, "being made: its runws holds its lock");
+    };
+    match manifest::read(&run.dir) {
+        Err(Error::ManifestMissing { .. }) => {}
+        // Written meanwhile: the next reap looks at it.
+        _ => return report(&id, status, Action::Skipped, "its manifest appeared meanwhile"),
+    }
+    if let Some((pid, start)) = workspace::creator(&run.dir)
+        && procinfo::is_same_process(pid, start)
+    {
+        return report(&id, status, Action::Skipped, format!("being made: its runws process {pid} is alive"));
+    }
+    let reason = "no manifest, and the runws that made it is gone";
+    if opts.dry_run {
+        let mut r = report(&id, status, Action::WouldRemove, reason);
+        r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
+        return r;
+    }
+    let removed = runs.remove_tree(&id);
+    drop(lock);
+    match removed {
+        Ok(_) => report(&id, status, Action::Removed, reason),
+        Err(e) => {
+            let mut r = report(&id, status, Action::Failed, reason);
+            r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
+            r
+        }
+    }
+}
+
+/// True when `e` came from the run having been removed (or being removed,
+/// its manifest gone first) since this reaper read it: only a reaper's
+/// `--keep` removes a manifest.
+fn removed_meanwhile(run: &RunDir, e: &Error) -> bool {
+    matches!(e, Error::ManifestMissing { .. }) || run.dir.is_removed()
 }
 
 /// A run whose seal failed to save anything is held until its retention

@@ -33,7 +33,7 @@
 
 mod extract;
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
@@ -93,8 +93,8 @@ pub fn verify(archive: &Path) -> Result<String> {
 /// directory, within `limits`. An archive from an ordinary location in which
 /// the scan finds a secret is refused; see [`stage`] to decide otherwise. On
 /// any error `target` is left as it was.
-pub fn restore(archive: &Path, target: &Path, limits: Limits) -> Result<RestoreReport> {
-    let staged = stage(archive, target, limits)?;
+pub fn restore(archive: &Path, target: &Path, root: Option<&Path>, limits: Limits) -> Result<RestoreReport> {
+    let staged = stage(archive, target, root, limits)?;
     let report = staged.report();
     if !report.findings.is_empty() && !report.from_quarantine {
         return Err(Error::SecretsFound {
@@ -111,7 +111,7 @@ pub fn restore(archive: &Path, target: &Path, limits: Limits) -> Result<RestoreR
 pub struct Staged {
     report: RestoreReport,
     extracted: extract::Extracted,
-    staging: tempfile::TempDir,
+    staging: crate::restores::Staging,
     parent_dir: Dir,
     name: OsString,
     target: PathBuf,
@@ -120,8 +120,10 @@ pub struct Staged {
 
 /// Verifies `archive`, then extracts and scans all of it within `limits`
 /// into a private staging directory beside `target`. Nothing appears under
-/// `target`; on any error the staging directory is removed.
-pub fn stage(archive: &Path, target: &Path, limits: Limits) -> Result<Staged> {
+/// `target`; on any error the staging directory is removed. With `root`,
+/// the staging directory is registered under it first ([`crate::restores`])
+/// so that `reap` removes it if this process dies.
+pub fn stage(archive: &Path, target: &Path, root: Option<&Path>, limits: Limits) -> Result<Staged> {
     let target_existed = check_target(target)?;
     // One open file serves the check and the extraction, so a rename of
     // another file over `archive` in between changes nothing.
@@ -134,7 +136,7 @@ pub fn stage(archive: &Path, target: &Path, limits: Limits) -> Result<Staged> {
 
     let (parent, name) = split_parent(target)?;
     let parent_dir = Dir::open(parent)?;
-    let staging = make_staging(parent, name)?;
+    let staging = crate::restores::staging(root, parent, name)?;
 
     let mut hasher = Sha256::new();
     let mut extracted = {
@@ -163,18 +165,6 @@ pub fn stage(archive: &Path, target: &Path, limits: Limits) -> Result<Staged> {
         target: target.to_path_buf(),
         target_existed,
     })
-}
-
-/// The private directory a restore extracts into: `.NAME.restore-XXXX`
-/// beside the target `NAME`, mode `0700`, on the target's file system so
-/// that one rename moves it into place. The only place a restore creates
-/// one.
-fn make_staging(parent: &Path, name: &OsStr) -> Result<tempfile::TempDir> {
-    let shown: String = name.to_string_lossy().chars().take(64).collect();
-    tempfile::Builder::new()
-        .prefix(&format!(".{shown}.restore-"))
-        .tempdir_in(parent)
-        .ctx("cannot create a staging directory in", parent)
 }
 
 impl Staged {

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::Dir;
+use crate::fsx::{Dir, DirLock};
 
 /// Evidence: kept by the reaper and packed by a seal.
 pub const EVIDENCE: [&str; 4] = ["inputs", "outputs", "work", "logs"];
@@ -22,6 +22,9 @@ pub const MANIFEST: &str = "manifest.json";
 /// by a runws that was killed, and then removed by the reaper.
 pub const FINAL_TEMP: &str = ".manifest.json.final";
 pub const MAX_RUN_ID: usize = 128;
+/// Names the runws making the run (`PID START_TIME`) until its first
+/// manifest exists; removed then.
+pub const CREATING: &str = ".creating";
 
 /// Checks a run id against `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
 pub fn check_run_id(id: &str) -> Result<()> {
@@ -135,11 +138,21 @@ fn current_umask() -> u32 {
 }
 
 /// One run's directory, open.
-#[derive(Debug)]
 pub struct RunDir {
     pub id: String,
     pub root: PathBuf,
     pub dir: Dir,
+    /// Held by the runws that made the directory until it starts the
+    /// command (then [`CREATING`] names it until the first manifest
+    /// exists): a directory without a manifest whose lock is free and whose
+    /// maker is gone was left by a runws that died first; `reap` removes it.
+    pub creating: Option<DirLock>,
+}
+
+impl std::fmt::Debug for RunDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunDir").field("id", &self.id).field("dir", &self.dir).finish()
+    }
 }
 
 impl RunDir {
@@ -159,6 +172,17 @@ impl RunDir {
             Err(e) => return Err(Error::io("cannot create run directory", path, e)),
         }
         let dir = runs.sub(id)?;
+        let creating = dir.lock_apart()?;
+        if dir.is_removed() {
+            // A reaper took the lock first, found no manifest, removed it.
+            return Err(Error::Other(format!(
+                "run directory `{}` was removed while it was being made; try again",
+                path.display()
+            )));
+        }
+        let me = std::process::id() as i32;
+        let start = crate::procinfo::stat(me).map_or(0, |s| s.start_time);
+        dir.write_atomic_unsynced(CREATING, format!("{me} {start}\n").as_bytes(), 0o644)?;
         let umask = current_umask();
         for (name, mode) in [
             ("inputs", 0o755),
@@ -179,7 +203,7 @@ impl RunDir {
                     .ctx("cannot set permissions of", dir.join(name))?;
             }
         }
-        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
+        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
     }
 
     /// Opens an existing run; refuses a symlink in place of the run directory.
@@ -190,7 +214,7 @@ impl RunDir {
             return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() });
         }
         let dir = runs.sub(id)?;
-        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir })
+        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: None })
     }
 
     /// Removes a run directory this runws has just created, before any
@@ -206,6 +230,16 @@ impl RunDir {
     pub fn sub(&self, name: &str) -> Result<Dir> {
         self.dir.sub(name)
     }
+}
+
+/// The runws a run directory without a manifest names in [`CREATING`]
+/// (pid, start time), when that file is there and well formed.
+pub fn creator(dir: &Dir) -> Option<(i32, u64)> {
+    let mut text = String::new();
+    let file = dir.open_read(CREATING).ok()??;
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text).ok()?;
+    let (pid, start) = text.trim().split_once(' ')?;
+    Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
 #[cfg(test)]

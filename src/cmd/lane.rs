@@ -178,7 +178,7 @@ fn copy_logs(root: &Path, lane: &Lane, run_id: &str) -> crate::error::Result<()>
     let from = run.sub("logs")?;
     let to = lane.dir.sub("logs")?;
     for stream in ["stdout", "stderr"] {
-        let Some(mut f) = from.open_read(&format!("{stream}.log"))? else { continue };
+        let Some(mut f) = from.open_read(format!("{stream}.log"))? else { continue };
         to.write_atomic_with(&format!("{run_id}.{stream}.log"), 0o644, true, |out| {
             std::io::copy(&mut f, out).map(|_| ())
         })?;

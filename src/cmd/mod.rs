@@ -93,7 +93,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Verify { archive } => seal::verify(&archive),
         Command::Restore { archive, to, max_bytes, max_files } => {
-            seal::restore(&archive, &to, crate::restore::Limits { max_bytes, max_files })
+            seal::restore(root, &archive, &to, crate::restore::Limits { max_bytes, max_files })
         }
         Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
             reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)

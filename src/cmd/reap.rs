@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::exit;
-use crate::reap::{self, Options};
+use crate::reap::{self, Action, Options};
 use crate::workspace;
 
 #[allow(clippy::too_many_arguments)]
@@ -21,7 +21,7 @@ pub fn reap(
     let root = workspace::resolve_root(root)?;
     let opts = Options { dry_run, keep, keep_branch, drop_unmerged, grace, ..Options::default() };
     let reports = reap::reap(&root, &opts)?;
-    let failed = reports.iter().any(|r| r.action == "failed");
+    let failed = reports.iter().any(|r| r.action == Action::Failed);
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &reports)?;
@@ -29,10 +29,10 @@ pub fn reap(
     } else {
         for r in &reports {
             // Quiet about runs that needed nothing.
-            if r.action == "skipped" && r.reason == "already reaped" {
+            if r.action == Action::Skipped && r.reason == reap::ALREADY_REAPED {
                 continue;
             }
-            writeln!(out, "{:<12} {}  ({}): {}", r.action, r.run_id, r.status, r.reason)?;
+            writeln!(out, "{:<12} {}  ({}): {}", r.action.as_str(), r.run_id, r.status, r.reason)?;
             for s in &r.steps {
                 writeln!(out, "             - {}", s.message)?;
             }

@@ -97,8 +97,14 @@ pub fn verify(archive: &Path) -> anyhow::Result<u8> {
 /// whole archive is extracted and scanned; then an archive from an ordinary
 /// location that holds a secret is refused and `to` stays as it was, and
 /// one from quarantine is placed with its findings listed.
-pub fn restore(archive: &Path, to: &Path, limits: restore::Limits) -> anyhow::Result<u8> {
-    let staged = restore::stage(archive, to, limits)?;
+pub fn restore(
+    root: Option<&Path>,
+    archive: &Path,
+    to: &Path,
+    limits: restore::Limits,
+) -> anyhow::Result<u8> {
+    let root = crate::workspace::resolve_root(root)?;
+    let staged = restore::stage(archive, to, Some(&root), limits)?;
     let findings = staged.report().findings.clone();
     for f in &findings {
         eprintln!("runws: secret found: {f}");

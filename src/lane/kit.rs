@@ -37,7 +37,7 @@ pub const KIT_ENTRIES: [&str; 6] = ["TICKET", "card.json", "card.md", "replay", 
 /// Visits every entry below `dir` without following symlinks; `visit`
 /// returns whether to descend into a directory.
 fn walk(dir: &Dir, rel: &str, visit: &mut dyn FnMut(&Dir, &str, &str, SFlag) -> Result<bool>) -> Result<()> {
-    let mut names: Vec<String> = dir.entries_raw()?.into_iter().map(|(n, _)| n).collect();
+    let mut names: Vec<String> = dir.entries_utf8()?;
     names.sort();
     for name in names {
         let Some(st) = dir.lstat(&name)? else { continue };

@@ -275,7 +275,7 @@ pub fn find_card(root: &Path, name: &str) -> Result<Card> {
         Err(Error::NoSuchLane { .. }) => {
             let dir = kit_dir(root);
             let kept =
-                Dir::open(&dir).ok().filter(|d| matches!(d.lstat(&format!("{name}.card.json")), Ok(Some(_))));
+                Dir::open(&dir).ok().filter(|d| matches!(d.lstat(format!("{name}.card.json")), Ok(Some(_))));
             match kept {
                 Some(d) => {
                     let bytes =

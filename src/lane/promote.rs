@@ -102,7 +102,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         .tempdir_in(&restores)
         .ctx("cannot create a directory in", &restores)?;
     let restored = tmp.path().join("kit");
-    crate::restore::restore(&kit_path, &restored, crate::restore::Limits::default())?;
+    crate::restore::restore(&kit_path, &restored, Some(root), crate::restore::Limits::default())?;
     let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
     if !findings.is_empty() {
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
@@ -143,7 +143,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
 
 /// Copies `src` into `dst`, replacing files and links, skipping `.git`.
 fn copy_tree(src: &Dir, dst: &Dir, files: &mut u64) -> Result<()> {
-    let mut names: Vec<String> = src.entries_raw()?.into_iter().map(|(n, _)| n).collect();
+    let mut names: Vec<String> = src.entries_utf8()?;
     names.sort();
     for name in names.into_iter().filter(|n| n != ".git") {
         let Some(st) = src.lstat(&name)? else { continue };

@@ -96,7 +96,7 @@ fn refused(entries: &[Raw], why: &str) {
     let archive = hostile(&base, entries);
     let target = base.join("target");
     fs::create_dir(&target).unwrap();
-    let err = restore(&archive, &target, Limits::default()).expect_err("restore accepted a hostile archive");
+    let err = restore(&archive, &target, None, Limits::default()).expect_err("restore accepted a hostile archive");
     assert!(matches!(err, Error::ArchiveRefused { .. }), "{err}");
     assert!(err.to_string().contains(why), "`{err}` does not say `{why}`");
     assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "target not empty after: {err}");
@@ -163,7 +163,7 @@ fn hard_links_must_point_at_earlier_files_inside() {
     let tmp = tempfile::tempdir().unwrap();
     let archive = hostile(tmp.path(), &[Raw::file("a/f", b"same"), Raw::hardlink("g", "a/f")]);
     let target = tmp.path().join("t");
-    assert_eq!(restore(&archive, &target, Limits::default()).unwrap().files, 2);
+    assert_eq!(restore(&archive, &target, None, Limits::default()).unwrap().files, 2);
     assert_eq!(
         fs::metadata(target.join("g")).unwrap().ino(),
         fs::metadata(target.join("a/f")).unwrap().ino()
@@ -200,7 +200,7 @@ fn implicit_parents_and_dot_entries_are_accepted() {
         ],
     );
     let target = tmp.path().join("t");
-    restore(&archive, &target, Limits::default()).unwrap();
+    restore(&archive, &target, None, Limits::default()).unwrap();
     assert_eq!(fs::read(target.join("x/l")).unwrap(), b"z");
     assert_eq!(fs::metadata(target.join("x")).unwrap().mode() & 0o777, 0o700);
 }
@@ -215,7 +215,7 @@ fn checksum_mismatch_is_refused_before_extraction() {
     let flipped = if text.starts_with('0') { "1" } else { "0" };
     fs::write(&sum, format!("{flipped}{}", &text[1..])).unwrap();
     let target = tmp.path().join("t");
-    let err = restore(&archive, &target, Limits::default()).unwrap_err();
+    let err = restore(&archive, &target, None, Limits::default()).unwrap_err();
     assert!(matches!(err, Error::Integrity { .. }), "{err}");
     assert_eq!(err.exit_code(), exit::INTEGRITY);
     assert!(matches!(verify(&archive), Err(Error::Integrity { .. })));

@@ -54,7 +54,7 @@ fn round_trip_zst_into_absent_target() {
     let sha = verify(&archive).unwrap();
     assert_eq!(sha, hex(&Sha256::digest(fs::read(&archive).unwrap())));
     let target = tmp.path().join("restored");
-    let report = restore(&archive, &target, Limits::default()).unwrap();
+    let report = restore(&archive, &target, None, Limits::default()).unwrap();
     assert_eq!(
         report,
         RestoreReport {
@@ -84,7 +84,7 @@ fn round_trip_gz_into_empty_directory() {
     let archive = sealed(tmp.path(), Format::Gz);
     let target = tmp.path().join("restored");
     fs::create_dir(&target).unwrap();
-    let report = restore(&archive, &target, Limits::default()).unwrap();
+    let report = restore(&archive, &target, None, Limits::default()).unwrap();
     assert_eq!(report.files, 6);
     assert_eq!(fs::read(target.join("outputs/report.txt")).unwrap(), b"all good\n");
 }
@@ -98,7 +98,7 @@ fn quarantine_is_decided_by_location() {
     fs::copy(&archive, q.join("r1.tar.zst")).unwrap();
     fs::copy(archive.with_file_name("r1.tar.zst.sha256"), q.join("r1.tar.zst.sha256")).unwrap();
     assert!(
-        restore(&q.join("r1.tar.zst"), &tmp.path().join("a"), Limits::default()).unwrap().from_quarantine
+        restore(&q.join("r1.tar.zst"), &tmp.path().join("a"), None, Limits::default()).unwrap().from_quarantine
     );
     // A symlink from elsewhere does not launder a quarantined archive.
     let elsewhere = tmp.path().join("elsewhere");
@@ -106,11 +106,11 @@ fn quarantine_is_decided_by_location() {
     std::os::unix::fs::symlink(q.join("r1.tar.zst"), elsewhere.join("r1.tar.zst")).unwrap();
     fs::copy(q.join("r1.tar.zst.sha256"), elsewhere.join("r1.tar.zst.sha256")).unwrap();
     assert!(
-        restore(&elsewhere.join("r1.tar.zst"), &tmp.path().join("b"), Limits::default())
+        restore(&elsewhere.join("r1.tar.zst"), &tmp.path().join("b"), None, Limits::default())
             .unwrap()
             .from_quarantine
     );
-    assert!(!restore(&archive, &tmp.path().join("c"), Limits::default()).unwrap().from_quarantine);
+    assert!(!restore(&archive, &tmp.path().join("c"), None, Limits::default()).unwrap().from_quarantine);
 }
 
 #[test]
@@ -126,7 +126,7 @@ fn target_must_be_absent_or_empty() {
     std::os::unix::fs::symlink(tmp.path().join("empty"), &link).unwrap();
     fs::create_dir(tmp.path().join("empty")).unwrap();
     for target in [&full, &file, &link] {
-        let err = restore(&archive, target, Limits::default()).unwrap_err();
+        let err = restore(&archive, target, None, Limits::default()).unwrap_err();
         assert!(matches!(err, Error::RestoreTarget { .. }), "{}: {err}", target.display());
     }
     assert_eq!(fs::read(full.join("keep")).unwrap(), b"x");
@@ -141,7 +141,7 @@ fn archive_changed_by_one_byte_is_refused() {
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     fs::write(&archive, bytes).unwrap();
-    let err = restore(&archive, &tmp.path().join("t"), Limits::default()).unwrap_err();
+    let err = restore(&archive, &tmp.path().join("t"), None, Limits::default()).unwrap_err();
     assert!(matches!(err, Error::Integrity { .. }), "{err}");
     assert!(!tmp.path().join("t").exists());
 }
@@ -158,7 +158,7 @@ fn checksum_file_missing_or_naming_another_file() {
     fs::write(&sum, "not a checksum\n").unwrap();
     assert!(matches!(verify(&archive), Err(Error::ChecksumFile { .. })));
     fs::remove_file(&sum).unwrap();
-    let err = restore(&archive, &tmp.path().join("t"), Limits::default()).unwrap_err();
+    let err = restore(&archive, &tmp.path().join("t"), None, Limits::default()).unwrap_err();
     assert!(matches!(err, Error::ChecksumFile { why: "is missing", .. }), "{err}");
     assert_eq!(err.exit_code(), exit::INTEGRITY);
     // `sha256sum`'s binary-mode marker is accepted.
@@ -172,7 +172,7 @@ fn unknown_compression_is_refused() {
     let archive = tmp.path().join("x.tar");
     fs::write(&archive, vec![0u8; 1024]).unwrap();
     write_sha256_file(&archive, &hex(&Sha256::digest(vec![0u8; 1024]))).unwrap();
-    let err = restore(&archive, &tmp.path().join("t"), Limits::default()).unwrap_err();
+    let err = restore(&archive, &tmp.path().join("t"), None, Limits::default()).unwrap_err();
     assert!(matches!(err, Error::ArchiveFormat { .. }), "{err}");
 }
 
@@ -194,7 +194,7 @@ fn archives_made_by_gnu_tar_are_restored() {
     assert!(st.success());
     write_sha256_file(&archive, &hex(&Sha256::digest(fs::read(&archive).unwrap()))).unwrap();
     let target = tmp.path().join("t");
-    let report = restore(&archive, &target, Limits::default()).unwrap();
+    let report = restore(&archive, &target, None, Limits::default()).unwrap();
     assert_eq!(report.files, 6);
     assert_eq!(fs::read(target.join("work/sub/deep/data.bin")).unwrap(), vec![7u8; 300_000]);
     assert_eq!(fs::read_link(target.join("work/link")).unwrap(), Path::new("sub/deep/data.bin"));

@@ -79,9 +79,17 @@ pub fn pack(
         return Err(Error::ArchiveExists { path: dst_archive.to_path_buf() });
     }
     let root = Dir::open(src_run_dir)?;
-    let tmp = temp_name(dst_name);
+    // Locked while this process writes it: `reap` removes one whose
+    // writer died (see [`Dir::create_locked`]).
+    let (tmp, file) = loop {
+        let tmp = temp_name(dst_name);
+        match dst_dir.create_locked(&tmp, 0o600) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("cannot create", dst_dir.join(&tmp), e)),
+        }
+    };
     let tmp_path = dst_dir.join(&tmp);
-    let file = dst_dir.create_new(&tmp, 0o600).ctx("cannot create", &tmp_path)?;
 
     let outcome = write_archive(&root, file, &tmp_path, opts, inspector)
         .and_then(|done| publish(&dst_dir, &tmp, dst_name, dst_archive).map(|()| done));
@@ -138,6 +146,15 @@ fn exists(dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<bool> {
         Err(Errno::ENOENT) => Ok(false),
         Err(e) => Err(Error::io("cannot stat", path, e.into())),
     }
+}
+
+/// True for the name of a seal's temp archive: `.NAME.PID.N.partial`.
+pub fn is_partial_name(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(b".").and_then(|n| n.strip_suffix(b".partial")) else { return false };
+    let mut parts = rest.rsplitn(3, |&b| b == b'.');
+    let (Some(n), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else { return false };
+    let digits = |p: &[u8]| !p.is_empty() && p.iter().all(u8::is_ascii_digit);
+    digits(pid) && digits(n)
 }
 
 fn temp_name(final_name: &OsStr) -> String {

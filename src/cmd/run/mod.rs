@@ -145,7 +145,7 @@ fn run_in(
     nix::sys::prctl::set_child_subreaper(true).ctx("cannot make runws a subreaper", "prctl")?;
     let signals = child::block_signals()?;
 
-    let run = RunDir::create(&root, &id)?;
+    let mut run = RunDir::create(&root, &id)?;
     let me = std::process::id() as i32;
     let mut m = Manifest {
         schema: manifest::SCHEMA,
@@ -225,6 +225,9 @@ fn run_in(
 
     // Fork, record the child, then let it exec.
     let bracket = procinfo::Bracket::open();
+    // The child (a sandbox's init runs without exec) must not inherit the
+    // creation lock; until the first manifest, CREATING names runws.
+    drop(run.creating.take());
     let paused = match child::spawn_paused(spec) {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e, final_slot.take()),
@@ -244,6 +247,7 @@ fn run_in(
                 .with_context(|| format!("cannot record run `{id}`"));
         }
     };
+    let _ = run.dir.unlink(workspace::CREATING);
     // From here on every write of runws's puts back the fields it owns: the
     // command may have edited the file (see [`manifest::Owner`]).
     let mut record = manifest::Owner::new(m);
