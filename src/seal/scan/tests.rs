@@ -588,3 +588,47 @@ fn this_source_is_clean() {
         assert_eq!(scanner.scan_bytes(name, text.as_bytes()), [], "{name}");
     }
 }
+
+#[test]
+fn a_token_right_after_an_escape_is_found() {
+    let t = github(80);
+    for before in
+        ["\\n", "\\t", "\\r", "\\\"", "\\\\", "\\u0022", "\\x22", "%22", "%0A", "&quot;", "`", "\\\\n"]
+    {
+        assert_found("github-token", &format!("{{\"log\":\"x{before}{t}\"}}"), &t);
+    }
+    // Still not the tail of a longer word.
+    assert_not_found("github-token", &format!("x{t}"));
+    assert_not_found("github-token", &format!("_{t}"));
+    // Two tokens of one rule, one byte apart, are both seen.
+    let (a, b) = (openai_legacy(81), openai_project(82));
+    assert_ne!(a[..4], b[..4]);
+    assert_eq!(lines_rules(&scan(&format!("{a} {b}"))), [(1, "openai-api-key"), (1, "openai-api-key")]);
+}
+
+#[test]
+fn assignments_in_more_syntaxes() {
+    let v = random_value(83);
+    for line in [
+        format!("<dbPassword>{v}</dbPassword>"),
+        format!("<add key=\"dbPassword\" value=\"{v}\" />"),
+        format!("var dbPassword string = \"{v}\""),
+        format!("val dbPassword: String = \"{v}\""),
+        format!("DB_PASSWORD ?= {v}"),
+        format!("DB_PASSWORD ::= {v}"),
+        format!("$dbPassword .= \"{v}\";"),
+        format!("dbPassword,{v},"),
+        format!("{{\\\"db_password\\\": \\\"{v}\\\"}}"),
+        format!("dbPassword := `{v}`"),
+        format!("https://x.example/?password={v}&page=2"),
+    ] {
+        assert_found("generic-secret", &line, &v);
+    }
+    for line in [
+        "https://x.example/?password=abcdefghijklmnopqrstuvwxyz&page=2".to_string(),
+        j(&["token = ", "gh", "p_", &"x".repeat(36)]),
+        format!("tokenizer string = {v}"),
+    ] {
+        assert_not_found("generic-secret", &line);
+    }
+}
