@@ -99,6 +99,7 @@
 //!   ten neighbours one apart). A value assigned to a name is judged the same
 //!   way when it starts with a token format's prefix.
 
+mod nested;
 mod rules;
 mod walk;
 
@@ -110,8 +111,9 @@ use std::fmt;
 use aho_corasick::{AhoCorasick, MatchKind};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
 
+pub use nested::{Allowance, DeepScan, LIMITS, Limits, Unscanned};
 pub use rules::{MIN_ASSIGNED_LEN, MIN_ENTROPY, entropy};
-pub use walk::scan_paths;
+pub use walk::{Report, scan_paths};
 
 use rules::{Kind, RULES, TRAITS};
 

@@ -23,6 +23,7 @@ mod reap_procs;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
+mod scan_archives;
 mod scan_recall;
 mod seal;
 mod untrusted_manifest;
