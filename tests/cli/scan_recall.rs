@@ -474,3 +474,25 @@ fn every_secret_kind_is_found_in_every_context_and_no_placeholder_is() {
     );
     out.code(82);
 }
+
+#[test]
+fn the_repository_passes_its_own_scan() {
+    let env = Env::new();
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths: Vec<String> =
+        ["src", "tests", "docs", "examples", "ci", "README.md", "BENCHMARKS.md", "Cargo.toml"]
+            .iter()
+            .map(|p| top.join(p))
+            .filter(|p| p.exists())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+    // The benchmark scripts, not the corpora a benchmark may be writing.
+    for e in std::fs::read_dir(top.join("bench")).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            paths.push(e.path().to_string_lossy().into_owned());
+        }
+    }
+    let args: Vec<&str> = std::iter::once("scan").chain(paths.iter().map(String::as_str)).collect();
+    env.run(&args).ok();
+}

@@ -30,17 +30,19 @@ macro_rules! quote {
     };
 }
 
-/// What joins a name to its value: a type between them (`var t string =`,
-/// `val t: String =`, an XML attribute's `" value="`), then an assignment
-/// (`=`, `:`, `=>`, `:=`, make's `::=`, `:::=`, `?=`, `+=`, PHP's `.=`), an
-/// XML element's `>` or a CSV comma, quotes allowed around each side.
+/// What joins a name to its value: an assignment (`=`, `:`, `=>`, `:=`,
+/// make's `::=`, `:::=`, `?=`, `+=`, PHP's `.=`), an XML element's `>` or a
+/// CSV comma; or a type between them (`var t string =`, `val t: String =`,
+/// an XML attribute's `" value="`) and then an assignment with `=` only, so
+/// prose like `secret found: x` is not one. Quotes are allowed around each
+/// side.
 macro_rules! assign {
     () => {
         concat!(
             quote!(),
-            r"(?:[ \t]*:?[ \t]+[A-Za-z][A-Za-z0-9_.]{0,30})?",
+            r"(?:[ \t]*:?[ \t]+[A-Za-z][A-Za-z0-9_.]{0,30}",
             quote!(),
-            r"(?:\s*(?:=>|:{1,3}=|[?+.]?=|:)\s*|>\s*|,)",
+            r"\s*(?:=>|:{1,3}=|[?+.]?=)\s*|(?:\s*(?:=>|:{1,3}=|[?+.]?=|:)\s*|>\s*|,))",
             quote!()
         )
     };

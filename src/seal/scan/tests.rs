@@ -629,6 +629,8 @@ fn assignments_in_more_syntaxes() {
         "https://x.example/?password=abcdefghijklmnopqrstuvwxyz&page=2".to_string(),
         j(&["token = ", "gh", "p_", &"x".repeat(36)]),
         format!("tokenizer string = {v}"),
+        "runws: secret found: out/a.zip!/b2.tar.gz!gzip!/c9.txt:2:github-token ghp_…".to_string(),
+        format!("the password changed: {v}"),
     ] {
         assert_not_found("generic-secret", &line);
     }
