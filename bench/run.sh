@@ -4,7 +4,7 @@
 # of medians. Results go to bench/results/<section>.json and are summarised
 # by hand in BENCHMARKS.md.
 #
-#   bench/run.sh [startup|input|concurrent|reap|ls|seal|lease|all]
+#   bench/run.sh [startup|input|concurrent|reap|ls|seal|recall|lease|all]
 #
 # Needs: hyperfine, python3, openssl, ripgrep; bwrap and detect-secrets are
 # measured when installed. bench/sandbox.sh measures the sandbox and audit.
@@ -176,6 +176,27 @@ seal() {
   rm -rf "$r" "$a"
 }
 
+recall() {
+  echo "== recall: the generated corpus (every secret kind in every context, and placeholders)"
+  local corpus=$WORK/corpus
+  RUNWS_RECALL_CORPUS=$corpus cargo test --quiet --locked --test cli every_secret_kind >/dev/null
+  "$BIN" scan --rules >"$WORK/rules.txt"
+  # RUNWS_BEFORE=path/to/an/older/runws measures it beside this build.
+  python3 bench/recall.py "$corpus" "$BIN" ${RUNWS_BEFORE:+"$RUNWS_BEFORE"} --rg "$WORK/rules.txt"
+  if [ -n "${RUNWS_BEFORE:-}" ]; then
+    echo "== scan speed: this build, the older one and ripgrep on the seal's 300 MB tree"
+    local tree=$WORK/tree
+    python3 bench/gen_tree.py "$tree" 300 | sed 's/^/  /'
+    cat $(find "$tree" -type f) >/dev/null
+    hyperfine -N -i --warmup 1 --runs 10 --export-json "$RESULTS/scan-before.json" \
+      "rg -uuu -c -f $WORK/rules.txt $tree" "$BIN scan $tree" "$RUNWS_BEFORE scan $tree" >/dev/null
+    ratio "$RESULTS/scan-before.json" 0
+    echo "  the same, interleaved:"
+    python3 bench/interleave.py 15 "sh -c 'rg -uuu -c -f $WORK/rules.txt $tree; true'" \
+      "$BIN scan $tree" "$RUNWS_BEFORE scan $tree"
+  fi
+}
+
 lease() {
   echo "== lease: acquire+release round trips per second (5 s each)"
   machine
@@ -197,7 +218,8 @@ case "$section" in
   reap) reap ;;
   ls) ls_scaling ;;
   seal) seal ;;
+  recall) recall ;;
   lease) lease ;;
-  all) startup; input; concurrent; reap; ls_scaling; seal; lease ;;
+  all) startup; input; concurrent; reap; ls_scaling; seal; recall; lease ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac

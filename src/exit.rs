@@ -32,6 +32,10 @@ pub const NOTHING_SAVED: u8 = 81;
 /// The secret scan found something (`scan`, and `restore` of an archive
 /// from an ordinary location).
 pub const SECRETS_FOUND: u8 = 82;
+/// `scan` found nothing, but could not look inside everything: a compressed
+/// file or archive member over a budget, corrupt, encrypted or in a format
+/// the scan does not open.
+pub const NOT_SCANNED: u8 = 83;
 /// A promotion lane refused a step: its state does not allow it yet (or any
 /// more), its review does not allow an approval, or its kit changed since
 /// the review.

@@ -77,6 +77,9 @@ pub struct RestoreReport {
     /// What the secret scan found in the files' contents, by path inside
     /// the archive.
     pub findings: Vec<Finding>,
+    /// What the scan could not look inside (an archive sealed with
+    /// `--allow-unscanned` holds such members).
+    pub unscanned: Vec<crate::seal::scan::Unscanned>,
 }
 
 /// Recomputes the archive's sha256 and compares it with `<archive>.sha256`;
@@ -155,6 +158,7 @@ pub fn stage(archive: &Path, target: &Path, root: Option<&Path>, limits: Limits)
         bytes: extracted.bytes,
         from_quarantine,
         findings: std::mem::take(&mut extracted.findings),
+        unscanned: std::mem::take(&mut extracted.unscanned),
     };
     Ok(Staged {
         report,

@@ -212,7 +212,9 @@ sha256sum-style checksum file and a receipt beside it. Never packed: .env and .e
 .docker/config.json, .npmrc, .pypirc. Every packed byte is scanned for secrets in the same read. \
 When the scan finds something, or a budget, an I/O error or the deadline stops the seal, the same \
 evidence is saved unscanned under DIR/quarantine/ instead, and runws exits 80; 81 when that failed \
-too.",
+too. The scan looks inside gzip, zstd, tar and zip files; one it cannot look inside (over a \
+budget, corrupt, encrypted, or in a format it does not open) also sends the run to quarantine, \
+unless --allow-unscanned is given.",
         after_help = "Examples:\n  runws seal last\n  runws seal 01a2... --to /backups/nightly --format gz"
     )]
     Seal {
@@ -224,8 +226,11 @@ too.",
 
     /// Scan files for secrets (the seal's scan, alone)
     #[command(long_about = "Scan files and directories (symlinks inside are not followed) with the rules \
-the seal uses. Each finding is printed as path:line:rule with the secret redacted. Exit 0 when \
-nothing is found, 82 when something is.")]
+the seal uses, looking inside gzip, zstd, tar and zip files (a member is named \
+archive!/member, a compressed stream's content archive!gzip). Each finding is printed as \
+path:line:rule with the secret redacted; whatever could not be looked inside is named on stderr \
+with the reason. Exit 0 when nothing is found and everything was scanned, 82 when something is \
+found, 83 when nothing is but something could not be scanned.")]
     Scan {
         #[arg(required_unless_present = "rules", value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -371,6 +376,12 @@ pub struct SealArgs {
     /// Time for the seal and, if it fails, the quarantine together
     #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub deadline: std::time::Duration,
+    /// Seal even when a compressed file or archive member could not be
+    /// scanned (over a budget, corrupt, encrypted, or a format the scan does
+    /// not open); the receipt lists each one. Without it, such a run goes to
+    /// quarantine.
+    #[arg(long)]
+    pub allow_unscanned: bool,
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,7 @@ pub fn options(a: &SealArgs) -> SealOptions {
         max_bytes: a.max_bytes,
         max_files: a.max_files,
         deadline: a.deadline,
+        allow_unscanned: a.allow_unscanned,
     }
 }
 
@@ -32,6 +33,9 @@ pub fn seal_run(run: &RunDir, opts: &SealOptions) -> anyhow::Result<u8> {
 fn report(run_id: &str, cp: &Checkpoint) -> u8 {
     for f in &cp.findings {
         eprintln!("runws: secret found: {f}");
+    }
+    for u in &cp.not_scanned {
+        eprintln!("runws: {u}");
     }
     match cp.source {
         "receipt" => {
@@ -73,18 +77,28 @@ pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Re
         }
         return Ok(exit::OK);
     }
-    let findings = scan::scan_paths(paths)?;
+    let report = scan::scan_paths(paths)?;
+    let findings = &report.findings;
     let mut out = std::io::stdout().lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &findings)?;
+        serde_json::to_writer_pretty(&mut out, findings)?;
         writeln!(out)?;
     } else {
-        for f in &findings {
+        for f in findings {
             writeln!(out, "{f}")?;
         }
     }
     out.flush()?;
-    Ok(if findings.is_empty() { exit::OK } else { exit::SECRETS_FOUND })
+    for u in &report.unscanned {
+        eprintln!("runws: {u}");
+    }
+    Ok(if !findings.is_empty() {
+        exit::SECRETS_FOUND
+    } else if !report.unscanned.is_empty() {
+        exit::NOT_SCANNED
+    } else {
+        exit::OK
+    })
 }
 
 pub fn verify(archive: &Path) -> anyhow::Result<u8> {
@@ -108,6 +122,11 @@ pub fn restore(
     let findings = staged.report().findings.clone();
     for f in &findings {
         eprintln!("runws: secret found: {f}");
+    }
+    // What the scan could not open (an archive sealed with
+    // `--allow-unscanned` says so in its receipt): warned, not refused.
+    for u in &staged.report().unscanned {
+        eprintln!("runws: warning: {u}");
     }
     if !staged.report().from_quarantine {
         if !findings.is_empty() {

@@ -275,7 +275,7 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
     };
     let target =
         Target { src: lane.path(), dir: &dir, stem: &stem, subject: Subject::Lane { lane: &lane.name } };
-    let cp = checkpoint::seal_tree(&target, &pack, prior)?;
+    let cp = checkpoint::seal_tree(&target, &pack, prior, false)?;
 
     checker.scan = Some(if cp.source == "receipt" { "clean".into() } else { cp.source.to_string() });
     checker.findings = cp.findings.clone();

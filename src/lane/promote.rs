@@ -103,7 +103,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
         .ctx("cannot create a directory in", &restores)?;
     let restored = tmp.path().join("kit");
     crate::restore::restore(&kit_path, &restored, Some(root), crate::restore::Limits::default())?;
-    let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
+    let findings = scan::scan_paths(std::slice::from_ref(&restored))?.findings;
     if !findings.is_empty() {
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
     }

@@ -60,7 +60,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         .ctx("cannot create a directory in", &reviews)?;
     let restored = tmp.path().join("kit");
     crate::restore::restore(kit, &restored, Some(root), crate::restore::Limits::default())?;
-    let findings = scan::scan_paths(std::slice::from_ref(&restored))?;
+    let findings = scan::scan_paths(std::slice::from_ref(&restored))?.findings;
     if !findings.is_empty() {
         return Err(Error::SecretsFound { what: format!("kit `{}`", kit.display()), count: findings.len() });
     }

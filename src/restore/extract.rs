@@ -34,7 +34,7 @@ use nix::unistd::{linkat, symlinkat};
 use super::{Compression, Limits};
 use crate::error::{Error, IoContext, Result};
 use crate::seal::links;
-use crate::seal::scan::{FileScan, Finding, Scanner};
+use crate::seal::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
 
 /// Bytes copied from the archive to a file at a time.
 const CHUNK: usize = 1 << 20;
@@ -66,6 +66,9 @@ pub(super) struct Extracted {
     pub bytes: u64,
     /// What the scan found in the files, in archive order.
     pub findings: Vec<Finding>,
+    /// What the scan could not look inside (compressed members past a
+    /// budget, formats it does not open).
+    pub unscanned: Vec<Unscanned>,
     root: OwnedFd,
     /// Directories with their archived mode and mtime (none for those made
     /// only as parents), parents first.
@@ -195,7 +198,9 @@ pub(super) fn extract(
         bytes: 0,
         buf: vec![0; CHUNK],
         scanner: Scanner::new(),
+        allowance: Allowance::new(&LIMITS),
         findings: Vec::new(),
+        unscanned: Vec::new(),
         last: Vec::new(),
     };
     let done = (|| -> Result<()> {
@@ -227,8 +232,8 @@ pub(super) fn extract(
         done => done?,
     }
     loop_.recheck_symlinks()?;
-    let Loop { root, dirs, files, bytes, findings, .. } = loop_;
-    Ok(Extracted { files, bytes, findings, root, dirs })
+    let Loop { root, dirs, files, bytes, findings, unscanned, .. } = loop_;
+    Ok(Extracted { files, bytes, findings, unscanned, root, dirs })
 }
 
 struct Loop<'a> {
@@ -243,7 +248,9 @@ struct Loop<'a> {
     bytes: u64,
     buf: Vec<u8>,
     scanner: Scanner,
+    allowance: Allowance,
     findings: Vec<Finding>,
+    unscanned: Vec<Unscanned>,
     /// The name of the entry being extracted, for a refusal.
     last: Vec<u8>,
 }
@@ -329,10 +336,13 @@ impl Loop<'_> {
                 )
                 .ctx("cannot create", shown())?;
                 let mut file = File::from(fd);
-                let mut scan = self.scanner.file(&String::from_utf8_lossy(&key));
+                let mut scan =
+                    DeepScan::new(&self.scanner, &LIMITS, &self.allowance, &String::from_utf8_lossy(&key));
                 let written =
                     copy(entry, &mut file, &mut self.buf, &mut scan).ctx("cannot extract", shown())?;
-                self.findings.extend(scan.finish());
+                let (findings, unscanned) = scan.finish();
+                self.findings.extend(findings);
+                self.unscanned.extend(unscanned);
                 fchmod(file.as_fd(), Mode::from_bits_truncate(mode & 0o777))
                     .ctx("cannot set the mode of", shown())?;
                 let t = TimeSpec::new(mtime as i64, 0);
@@ -470,7 +480,7 @@ impl Loop<'_> {
 
 /// Copies an entry's content through one large buffer, showing each chunk
 /// to the scan.
-fn copy(from: &mut impl Read, to: &mut File, buf: &mut [u8], scan: &mut FileScan<'_>) -> io::Result<u64> {
+fn copy(from: &mut impl Read, to: &mut File, buf: &mut [u8], scan: &mut DeepScan<'_>) -> io::Result<u64> {
     let mut total = 0;
     loop {
         let n = match from.read(buf) {

@@ -61,7 +61,8 @@ fn round_trip_zst_into_absent_target() {
             files: 6,
             bytes: 3 + 9 + 300_000 + 10 + 12 + 9,
             from_quarantine: false,
-            findings: Vec::new()
+            findings: Vec::new(),
+            unscanned: Vec::new()
         }
     );
     let run = tmp.path().join("run");

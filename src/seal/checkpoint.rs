@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use super::archive::{self, Format, Inspector, NoInspection, PackOptions, PackReport};
-use super::scan::{FileScan, Finding, Scanner};
+use super::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
 use crate::manifest::{self, Status};
@@ -39,6 +39,9 @@ pub struct SealOptions {
     pub max_bytes: u64,
     pub max_files: u64,
     pub deadline: Duration,
+    /// Seal even when a compressed file or archive member could not be
+    /// scanned; without it, that sends the run to quarantine.
+    pub allow_unscanned: bool,
 }
 
 impl Default for SealOptions {
@@ -50,6 +53,7 @@ impl Default for SealOptions {
             max_bytes: super::DEFAULT_MAX_BYTES,
             max_files: super::DEFAULT_MAX_FILES,
             deadline: Duration::from_secs(90),
+            allow_unscanned: false,
         }
     }
 }
@@ -66,19 +70,25 @@ pub struct Checkpoint {
     pub reason: Option<String>,
     /// The scan's findings, redacted.
     pub findings: Vec<String>,
+    /// What the scan could not look inside, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_scanned: Vec<String>,
     pub at: String,
 }
 
-/// The scanner as the pack's inspector: one streaming scan per file.
+/// The scanner as the pack's inspector: one streaming scan per file, which
+/// also looks inside compressed files and archives.
 struct ScanInspector<'s> {
     scanner: &'s Scanner,
-    current: Option<FileScan<'s>>,
+    allowance: &'s Allowance,
+    current: Option<DeepScan<'s>>,
     findings: Vec<Finding>,
+    unscanned: Vec<Unscanned>,
 }
 
 impl Inspector for ScanInspector<'_> {
     fn begin_file(&mut self, rel: &str) {
-        self.current = Some(self.scanner.file(rel));
+        self.current = Some(DeepScan::new(self.scanner, &LIMITS, self.allowance, rel));
     }
     fn chunk(&mut self, data: &[u8]) {
         if let Some(f) = self.current.as_mut() {
@@ -87,7 +97,9 @@ impl Inspector for ScanInspector<'_> {
     }
     fn end_file(&mut self) {
         if let Some(f) = self.current.take() {
-            self.findings.extend(f.finish());
+            let (found, unscanned) = f.finish();
+            self.findings.extend(found);
+            self.unscanned.extend(unscanned);
         }
     }
 }
@@ -108,18 +120,21 @@ struct Receipt<'a> {
     format: &'static str,
     files: u64,
     bytes: u64,
-    scan: ScanResult,
+    scan: ScanResult<'a>,
     excluded: &'a [String],
     reason: Option<&'a str>,
     sealed_at: String,
 }
 
 #[derive(Serialize)]
-struct ScanResult {
-    /// `clean`, or `skipped` for a quarantine.
+struct ScanResult<'a> {
+    /// `clean`; `partial` when sealed with `--allow-unscanned` and something
+    /// could not be scanned; `skipped` for a quarantine.
     result: &'static str,
     rules: usize,
     findings: Vec<String>,
+    /// Compressed files and archive members not scanned, and why.
+    not_scanned: &'a [Unscanned],
 }
 
 fn format_name(f: Format) -> &'static str {
@@ -197,17 +212,23 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
         stem: &run.id,
         subject: Subject::Run { run_id: &run.id, job: &m.job },
     };
-    let cp = seal_tree(&target, &pack_opts, Vec::new())?;
+    let cp = seal_tree(&target, &pack_opts, Vec::new(), opts.allow_unscanned)?;
     record(run, cp)
 }
 
 /// Seals `target.src` into `target.dir/<stem>.<ext>` when the pack succeeds
 /// and neither the scan of every packed byte nor `prior` (findings the
-/// caller made before packing) found anything; otherwise into
-/// `target.dir/quarantine/`, unscanned; otherwise nothing, said in the
-/// returned checkpoint. An error means nothing was attempted: the archive
-/// name is taken or the directory cannot be made.
-pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Finding>) -> Result<Checkpoint> {
+/// caller made before packing) found anything, and the scan could look
+/// inside every compressed file and archive (unless `allow_unscanned`);
+/// otherwise into `target.dir/quarantine/`, unscanned; otherwise nothing,
+/// said in the returned checkpoint. An error means nothing was attempted:
+/// the archive name is taken or the directory cannot be made.
+pub fn seal_tree(
+    target: &Target<'_>,
+    pack_opts: &PackOptions,
+    prior: Vec<Finding>,
+    allow_unscanned: bool,
+) -> Result<Checkpoint> {
     let dir = target.dir;
     crate::fsx::create_private_dirs(dir).ctx("cannot create", dir)?;
     let ext = pack_opts.format.extension();
@@ -225,14 +246,32 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
     let scanner = Scanner::new();
     let staging = dir.join(format!(".{name}.sealing"));
     let _ = std::fs::remove_file(&staging);
-    let mut inspector = ScanInspector { scanner: &scanner, current: None, findings: prior };
+    let allowance = Allowance::new(&LIMITS);
+    let mut inspector = ScanInspector {
+        scanner: &scanner,
+        allowance: &allowance,
+        current: None,
+        findings: prior,
+        unscanned: Vec::new(),
+    };
     let failure = if inspector.findings.is_empty() {
         match archive::pack(target.src, &staging, pack_opts, &mut inspector) {
-            Ok(report) if inspector.findings.is_empty() => {
-                match publish(dir, &staging, &final_path, &report, target, "receipt", None, pack_opts) {
+            Ok(report)
+                if inspector.findings.is_empty() && (allow_unscanned || inspector.unscanned.is_empty()) =>
+            {
+                let unscanned = &inspector.unscanned;
+                match publish(dir, &staging, &final_path, &report, target, unscanned, pack_opts) {
                     Ok(cp) => return Ok(cp),
                     Err(e) => e.to_string(),
                 }
+            }
+            Ok(_) if inspector.findings.is_empty() => {
+                let _ = std::fs::remove_file(&staging);
+                format!(
+                    "the secret scan could not look inside {} compressed file(s) or archive member(s) \
+                     (seal with --allow-unscanned to accept that)",
+                    inspector.unscanned.len()
+                )
             }
             Ok(_) => {
                 let _ = std::fs::remove_file(&staging);
@@ -245,6 +284,7 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
         format!("the secret scan found {} secret(s)", inspector.findings.len())
     };
     let findings: Vec<String> = inspector.findings.iter().map(|f| f.to_string()).collect();
+    let not_scanned: Vec<String> = inspector.unscanned.iter().map(|u| u.to_string()).collect();
 
     // The quarantine: the same evidence, unscanned, in what time is left.
     let qdir = dir.join("quarantine");
@@ -262,7 +302,13 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
         }
         let report = archive::pack(target.src, &qpath, pack_opts, &mut NoInspection)?;
         let receipt = receipt_path(&qpath);
-        write_receipt(&receipt, &report, target, "quarantine", Some(&failure), &findings, pack_opts, 0)?;
+        let scan = ScanResult {
+            result: "skipped",
+            rules: 0,
+            findings: findings.clone(),
+            not_scanned: &inspector.unscanned,
+        };
+        write_receipt(&receipt, &report, target, "quarantine", Some(&failure), scan, pack_opts)?;
         archive::write_sha256_file(&qpath, &report.archive_sha256)?;
         Ok(Checkpoint {
             source: "quarantine",
@@ -271,6 +317,7 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
             receipt: Some(receipt),
             reason: Some(failure.clone()),
             findings: findings.clone(),
+            not_scanned: not_scanned.clone(),
             at: manifest::format_time(SystemTime::now()),
         })
     })();
@@ -281,6 +328,7 @@ pub fn seal_tree(target: &Target<'_>, pack_opts: &PackOptions, prior: Vec<Findin
         receipt: None,
         reason: Some(format!("{failure}; the quarantine failed too: {qe}")),
         findings,
+        not_scanned,
         at: manifest::format_time(SystemTime::now()),
     }))
 }
@@ -302,9 +350,8 @@ fn write_receipt(
     target: &Target<'_>,
     source: &'static str,
     reason: Option<&str>,
-    findings: &[String],
+    scan: ScanResult<'_>,
     opts: &PackOptions,
-    rules: usize,
 ) -> Result<()> {
     let (run_id, job, lane) = match target.subject {
         Subject::Run { run_id, job } => (Some(run_id), Some(job), None),
@@ -326,11 +373,7 @@ fn write_receipt(
         format: format_name(opts.format),
         files: report.files,
         bytes: report.bytes,
-        scan: ScanResult {
-            result: if source == "receipt" { "clean" } else { "skipped" },
-            rules,
-            findings: findings.to_vec(),
-        },
+        scan,
         excluded: &report.excluded,
         reason,
         sealed_at: manifest::format_time(SystemTime::now()),
@@ -353,8 +396,7 @@ fn publish(
     final_path: &Path,
     report: &PackReport,
     target: &Target<'_>,
-    source: &'static str,
-    reason: Option<&str>,
+    unscanned: &[Unscanned],
     opts: &PackOptions,
 ) -> Result<Checkpoint> {
     let d = Dir::open(dir)?;
@@ -366,7 +408,13 @@ fn publish(
     let mut report = report.clone();
     report.archive_path = final_path.to_path_buf();
     let receipt = receipt_path(final_path);
-    let written = write_receipt(&receipt, &report, target, source, reason, &[], opts, scanner_rules())
+    let scan = ScanResult {
+        result: if unscanned.is_empty() { "clean" } else { "partial" },
+        rules: scanner_rules(),
+        findings: Vec::new(),
+        not_scanned: unscanned,
+    };
+    let written = write_receipt(&receipt, &report, target, "receipt", None, scan, opts)
         .and_then(|()| archive::write_sha256_file(final_path, &report.archive_sha256));
     if let Err(e) = written {
         // A seal is never reported on a partial result.
@@ -375,12 +423,13 @@ fn publish(
         return Err(e);
     }
     Ok(Checkpoint {
-        source,
+        source: "receipt",
         archive: Some(final_path.to_path_buf()),
         archive_sha256: Some(report.archive_sha256.clone()),
         receipt: Some(receipt),
         reason: None,
         findings: Vec::new(),
+        not_scanned: unscanned.iter().map(|u| u.to_string()).collect(),
         at: manifest::format_time(SystemTime::now()),
     })
 }

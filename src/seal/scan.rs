@@ -59,11 +59,23 @@
 //!   `authorization` or `credential` (any case, any prefix such as
 //!   `DB_PASSWORD` or `clientSecret`; a suffix only after `_`, `.`, `-` or, for
 //!   a camel-case keyword, a capital: `token_file`, `passwordHash`, but not
-//!   `author` or `tokenizer`) assigned with `=`, `:`, `=>` or `:=`,
-//!   quoted or not, optionally after `Bearer`/`Basic`, to a value that passes
-//!   the randomness test.
+//!   `author` or `tokenizer`) assigned with `=`, `:`, `=>`, `:=`, `::=`,
+//!   `:::=`, `?=`, `+=` or `.=`, written as an XML element (`<name>value`)
+//!   or a CSV pair (`name,value`), perhaps with a type between (`var name
+//!   string =`, `val name: String =`, `key="name" value=`), quoted or not and
+//!   with quotes escaped or not (`\"name\": \"value\"`), optionally after
+//!   `Bearer`/`Basic`, to a value that passes the randomness test. The name
+//!   and its value must be on one line.
+//!
+//! # Where a token may start
+//! A token is found where it is not the tail of a longer word: at the start
+//! of a line, after a byte that is not a letter, digit or `_`, or right after
+//! an escape that ends in one: `\n`, `\t`, `\r`, `\u0022`, `\x22` inside a
+//! string, `%0A`, `%22` in a URL. Transcripts and logs are JSON strings, and
+//! a token after `\n` is the common case there, not the exception.
 //!
 //! # Randomness test (assignment rules only)
+//! A value followed by `&name=` is a URL query parameter and ends at the `&`.
 //! The value is at least [`MIN_ASSIGNED_LEN`] (16) bytes, its Shannon entropy
 //! is above [`MIN_ENTROPY`] (3.5 bits per byte), it contains both a letter and
 //! a digit, and it is not code or a location: a URL (`://`), a path
@@ -82,9 +94,12 @@
 //! - is a template or a variable: starts with `$` (`$VAR`), or contains
 //!   `${`, `{{`, `<`, `>` or `%(` (`${VAR}`, `{{ var }}`, `<your-token>`);
 //! - contains both `your` and `here` (`your_api_key_here`);
-//! - after the token's fixed prefix, is one character repeated (`ghp_000…`)
-//!   or a run (`abcdef…`, `123456…`, nine in ten neighbours one apart).
+//! - after the token's fixed prefix (and without trailing dashes), is one
+//!   character repeated (`ghp_000…`) or a run (`abcdef…`, `123456…`, nine in
+//!   ten neighbours one apart). A value assigned to a name is judged the same
+//!   way when it starts with a token format's prefix.
 
+mod nested;
 mod rules;
 mod walk;
 
@@ -96,8 +111,9 @@ use std::fmt;
 use aho_corasick::{AhoCorasick, MatchKind};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
 
+pub use nested::{Allowance, DeepScan, LIMITS, Limits, Unscanned};
 pub use rules::{MIN_ASSIGNED_LEN, MIN_ENTROPY, entropy};
-pub use walk::scan_paths;
+pub use walk::{Report, scan_paths};
 
 use rules::{Kind, RULES, TRAITS};
 
@@ -380,8 +396,11 @@ impl Scanner {
                 let Some(m) = re.captures_read_at(locs, window, at) else {
                     break;
                 };
-                at = if m.end() > at { m.end() } else { at + 1 };
                 let (s, e) = locs.get(1).unwrap_or((m.start(), m.end()));
+                // The next search starts right after the secret, not after
+                // the byte of context a pattern may have taken after it: that
+                // byte may be what stands before the next token.
+                at = if e > at { e } else { at + 1 };
                 if e < seen || (!last && e == window.len()) {
                     continue;
                 }

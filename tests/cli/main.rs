@@ -31,6 +31,8 @@ mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
 mod sandbox_lease;
+mod scan_archives;
+mod scan_recall;
 mod seal;
 mod untrusted_manifest;
 mod worktree;

@@ -9,6 +9,45 @@
 
 use super::Rule;
 
+/// What may stand right before a token: the start of the line, a byte that
+/// is not part of a word, or an escape whose last character is a letter or
+/// digit: `\n`, `\t`, `\u0022`, `\x22` in a string, `%0A` or `%22` in a URL.
+/// A plain `\b` misses `"…\nghp_…"`: to it, the `n` of the escape and the
+/// token are one word. (An escaped backslash followed by a word, `\\nghp_…`
+/// in a file, is taken the same way: the price of reading escapes without
+/// parsing strings.)
+macro_rules! lead {
+    () => {
+        r"(?:^|[^A-Za-z0-9_]|\\[A-Za-z]|\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2})"
+    };
+}
+
+/// An optional quote around a name or value: `"`, `'` or a backtick, itself
+/// escaped once or more inside a string (`\"`, `\\\"`).
+macro_rules! quote {
+    () => {
+        r#"(?:\\{0,3}["'`])?"#
+    };
+}
+
+/// What joins a name to its value: an assignment (`=`, `:`, `=>`, `:=`,
+/// make's `::=`, `:::=`, `?=`, `+=`, PHP's `.=`), an XML element's `>` or a
+/// CSV comma; or a type between them (`var t string =`, `val t: String =`,
+/// an XML attribute's `" value="`) and then an assignment with `=` only, so
+/// prose like `secret found: x` is not one. Quotes are allowed around each
+/// side.
+macro_rules! assign {
+    () => {
+        concat!(
+            quote!(),
+            r"(?:[ \t]*:?[ \t]+[A-Za-z][A-Za-z0-9_.]{0,30}",
+            quote!(),
+            r"\s*(?:=>|:{1,3}=|[?+.]?=)\s*|(?:\s*(?:=>|:{1,3}=|[?+.]?=|:)\s*|>\s*|,))",
+            quote!()
+        )
+    };
+}
+
 /// How a rule's matches are vetted and shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -30,43 +69,48 @@ pub(super) static RULES: [Rule; 16] = [
         id: "aws-access-key-id",
         description: "AWS access key id (`AKIA`/`ASIA` and 16 base32 characters)",
         keywords: &["AKIA", "ASIA"],
-        pattern: r"\b((?:AKIA|ASIA)[A-Z2-7]{16})\b",
+        pattern: concat!(lead!(), r"((?:AKIA|ASIA)[A-Z2-7]{16})\b"),
     },
     Rule {
         id: "aws-secret-access-key",
         description: "AWS secret access key: 40 base64 characters assigned to an AWS-secret name",
         keywords: &["secret"],
-        pattern: r#"(?i:aws[A-Za-z0-9_.-]{0,20}secret[A-Za-z0-9_.-]{0,20}|secret_?access_?key)["']?\s*(?:=>|:=|=|:)\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"#,
+        // A `/` may be escaped as `\/`, as some JSON writers do.
+        pattern: concat!(
+            r"(?i:aws[A-Za-z0-9_.-]{0,20}secret[A-Za-z0-9_.-]{0,20}|secret_?access_?key)",
+            assign!(),
+            r"((?:[A-Za-z0-9+]|\\?/){40})(?:[^A-Za-z0-9/+=]|$)"
+        ),
     },
     Rule {
         id: "github-token",
         description: "GitHub personal, OAuth, user-to-server, server-to-server or refresh token",
         keywords: &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
-        pattern: r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,})\b",
+        pattern: concat!(lead!(), r"((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,})\b"),
     },
     Rule {
         id: "github-fine-grained-pat",
         description: "GitHub fine-grained personal access token",
         keywords: &["github_pat_"],
-        pattern: r"\b(github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})\b",
+        pattern: concat!(lead!(), r"(github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})\b"),
     },
     Rule {
         id: "gitlab-token",
         description: "GitLab personal access token",
         keywords: &["glpat-"],
-        pattern: r"\b(glpat-[A-Za-z0-9_-]{20,})(?:[^A-Za-z0-9_-]|$)",
+        pattern: concat!(lead!(), r"(glpat-[A-Za-z0-9_-]{20,})(?:[^A-Za-z0-9_-]|$)"),
     },
     Rule {
         id: "slack-token",
         description: "Slack bot, user, app or refresh token",
         keywords: &["xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-"],
-        pattern: r"\b(xox[abposr]-(?:[0-9]+-){1,3}[A-Za-z0-9]{8,})\b",
+        pattern: concat!(lead!(), r"(xox[abposr]-(?:[0-9]+-){1,3}[A-Za-z0-9]{8,})\b"),
     },
     Rule {
         id: "slack-webhook",
         description: "Slack incoming webhook or workflow URL",
         keywords: &["hooks.slack.com"],
-        pattern: r"(?i:hooks\.slack\.com)/(?:services|workflows|triggers)/([A-Za-z0-9+/_-]{20,})",
+        pattern: r"(?i:hooks\.slack\.com)\\?/(?:services|workflows|triggers)\\?/((?:[A-Za-z0-9+_-]|\\?/){20,})",
     },
     Rule {
         id: "private-key",
@@ -78,43 +122,46 @@ pub(super) static RULES: [Rule; 16] = [
         id: "stripe-key",
         description: "Stripe secret or restricted key, live or test mode",
         keywords: &["sk_live_", "rk_live_", "sk_test_", "rk_test_"],
-        pattern: r"\b((?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,})\b",
+        pattern: concat!(lead!(), r"((?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,})\b"),
     },
     Rule {
         id: "google-api-key",
         description: "Google API key (`AIza` and 35 characters)",
         keywords: &["AIza"],
-        pattern: r"\b(AIza[A-Za-z0-9_-]{35})(?:[^A-Za-z0-9_-]|$)",
+        pattern: concat!(lead!(), r"(AIza[A-Za-z0-9_-]{35})(?:[^A-Za-z0-9_-]|--|$)"),
     },
     Rule {
         id: "npm-token",
         description: "npm access token",
         keywords: &["npm_"],
-        pattern: r"\b(npm_[A-Za-z0-9]{36})\b",
+        pattern: concat!(lead!(), r"(npm_[A-Za-z0-9]{36})\b"),
     },
     Rule {
         id: "pypi-token",
         description: "PyPI upload token (a macaroon issued by pypi.org)",
         keywords: &["pypi-AgEIcHlwaS5vcmc"],
-        pattern: r"\b(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})",
+        pattern: concat!(lead!(), r"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})"),
     },
     Rule {
         id: "openai-api-key",
         description: "OpenAI API key (project, service account, admin or legacy user key)",
         keywords: &["T3BlbkFJ", "sk-proj-", "sk-svcacct-", "sk-admin-"],
-        pattern: r"\b(sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}))(?:[^A-Za-z0-9_-]|$)",
+        pattern: concat!(
+            lead!(),
+            r"(sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}))(?:[^A-Za-z0-9_-]|$)"
+        ),
     },
     Rule {
         id: "anthropic-api-key",
         description: "Anthropic API or admin key",
         keywords: &["sk-ant-"],
-        pattern: r"\b(sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{80,})(?:[^A-Za-z0-9_-]|$)",
+        pattern: concat!(lead!(), r"(sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{80,})(?:[^A-Za-z0-9_-]|$)"),
     },
     Rule {
         id: "jwt",
         description: "JSON Web Token (three base64url segments, header and payload JSON objects)",
         keywords: &["eyJ"],
-        pattern: r"\b(eyJ[A-Za-z0-9_-]{10,}\.ey[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,})",
+        pattern: concat!(lead!(), r"(eyJ[A-Za-z0-9_-]{10,}\.ey[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,})"),
     },
     Rule {
         id: "generic-secret",
@@ -143,7 +190,11 @@ pub(super) static RULES: [Rule; 16] = [
         // only a separated suffix (`token_file`) or, after a camel-case
         // keyword, a capitalised one (`passwordHash`), so `author`,
         // `tokenizer`, `secretary` and `AUTHTYPE` are not names.
-        pattern: r#"[A-Za-z0-9_.-]*(?:(?i:passw(?:or)?d|pwd|secret|token|api[_.-]?key|access[_.-]?key|private[_.-]?key|auth|authorization|credential)[sS]?(?:[_.-][A-Za-z0-9_.-]*)?|(?:[Pp]assw(?:or)?d|[Pp]wd|[Ss]ecret|[Tt]oken|[Aa]pi[Kk]ey|[Aa]ccess[Kk]ey|[Pp]rivate[Kk]ey|[Aa]uth|[Aa]uthorization|[Cc]redential)s?[A-Z][A-Za-z0-9_.-]*)["']?\s*(?:=>|:=|=|:)\s*["']?(?i:(?:bearer|basic|token)\s+)?([A-Za-z0-9!#$%&*+./:=?@^_|~-]{16,})"#,
+        pattern: concat!(
+            r"[A-Za-z0-9_.-]*(?:(?i:passw(?:or)?d|pwd|secret|token|api[_.-]?key|access[_.-]?key|private[_.-]?key|auth|authorization|credential)[sS]?(?:[_.-][A-Za-z0-9_.-]*)?|(?:[Pp]assw(?:or)?d|[Pp]wd|[Ss]ecret|[Tt]oken|[Aa]pi[Kk]ey|[Aa]ccess[Kk]ey|[Pp]rivate[Kk]ey|[Aa]uth|[Aa]uthorization|[Cc]redential)s?[A-Z][A-Za-z0-9_.-]*)",
+            assign!(),
+            r"(?i:(?:bearer|basic|token)\s+)?([A-Za-z0-9!#$%&*+./:=?@^_|~-]{16,})"
+        ),
     },
 ];
 
@@ -181,10 +232,46 @@ pub const MIN_ENTROPY: f64 = 3.5;
 pub(super) fn accept(kind: Kind, keywords: &[&str], secret: &[u8], next: Option<u8>) -> bool {
     match kind {
         Kind::KeyBlock => true,
-        Kind::Token => !is_placeholder(secret, body(keywords, secret)),
+        // Trailing dashes are punctuation more often than key (`<!--key-->`).
+        Kind::Token => !is_placeholder(secret, trim_dashes(body(keywords, secret))),
         // A value right before `(` is a function being called.
-        Kind::Assigned => next != Some(b'(') && looks_random(secret) && !is_placeholder(secret, secret),
+        Kind::Assigned => {
+            let value = query_value(secret);
+            next != Some(b'(')
+                && looks_random(value)
+                && !is_placeholder(value, body(&token_keywords(), value))
+        }
     }
+}
+
+fn trim_dashes(body: &[u8]) -> &[u8] {
+    let end = body.iter().rposition(|&b| b != b'-').map_or(0, |i| i + 1);
+    &body[..end]
+}
+
+/// A value followed by `&name=` is a URL query parameter: it ends at the `&`.
+fn query_value(v: &[u8]) -> &[u8] {
+    let param = |at: usize| {
+        let rest = &v[at + 1..];
+        let name = rest.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_').count();
+        name > 0 && rest.get(name) == Some(&b'=')
+    };
+    match (0..v.len()).find(|&i| v[i] == b'&' && param(i)) {
+        Some(i) => &v[..i],
+        None => v,
+    }
+}
+
+/// The fixed prefixes of the token formats: a value assigned to a name that
+/// starts with one is judged as that token would be, so `token = ghp_xxx…`
+/// is as much a placeholder as `ghp_xxx…` alone.
+fn token_keywords() -> Vec<&'static str> {
+    RULES
+        .iter()
+        .zip(TRAITS.iter())
+        .filter(|(_, (kind, _))| *kind == Kind::Token)
+        .flat_map(|(rule, _)| rule.keywords.iter().copied())
+        .collect()
 }
 
 /// The part of a token after its fixed prefix, where randomness must be.

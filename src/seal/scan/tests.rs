@@ -555,7 +555,7 @@ fn scan_paths_walks_without_following_links() {
     std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("link-file")).unwrap();
     nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 
-    let found = scan_paths(std::slice::from_ref(&root)).unwrap();
+    let found = scan_paths(std::slice::from_ref(&root)).unwrap().findings;
     let got: Vec<String> = found
         .iter()
         .map(|f| {
@@ -570,7 +570,7 @@ fn scan_paths_walks_without_following_links() {
     assert_eq!(got, ["/outputs/a.env:1:generic-secret", "/outputs/deep/b.log:2:npm-token"]);
 
     // A file named directly is scanned; a missing path is an error.
-    let direct = scan_paths(&[outside.join("secret.txt")]).unwrap();
+    let direct = scan_paths(&[outside.join("secret.txt")]).unwrap().findings;
     assert_eq!(direct.len(), 1);
     assert!(scan_paths(&[tmp.path().join("missing")]).is_err());
     assert!(matches!(scan_paths(&[root.join("fifo")]), Err(crate::error::Error::SpecialFile { .. })));
@@ -583,8 +583,77 @@ fn this_source_is_clean() {
         ("scan.rs", include_str!("../scan.rs")),
         ("rules.rs", include_str!("rules.rs")),
         ("walk.rs", include_str!("walk.rs")),
+        ("nested.rs", include_str!("nested.rs")),
         ("tests.rs", include_str!("tests.rs")),
     ] {
         assert_eq!(scanner.scan_bytes(name, text.as_bytes()), [], "{name}");
+    }
+}
+
+#[test]
+fn a_token_right_after_an_escape_is_found() {
+    let t = github(80);
+    for before in
+        ["\\n", "\\t", "\\r", "\\\"", "\\\\", "\\u0022", "\\x22", "%22", "%0A", "&quot;", "`", "\\\\n"]
+    {
+        assert_found("github-token", &format!("{{\"log\":\"x{before}{t}\"}}"), &t);
+    }
+    // Still not the tail of a longer word.
+    assert_not_found("github-token", &format!("x{t}"));
+    assert_not_found("github-token", &format!("_{t}"));
+    // Two tokens of one rule, one byte apart, are both seen.
+    let (a, b) = (openai_legacy(81), openai_project(82));
+    assert_ne!(a[..4], b[..4]);
+    assert_eq!(lines_rules(&scan(&format!("{a} {b}"))), [(1, "openai-api-key"), (1, "openai-api-key")]);
+}
+
+#[test]
+fn assignments_in_more_syntaxes() {
+    let v = random_value(83);
+    for line in [
+        format!("<dbPassword>{v}</dbPassword>"),
+        format!("<add key=\"dbPassword\" value=\"{v}\" />"),
+        format!("var dbPassword string = \"{v}\""),
+        format!("val dbPassword: String = \"{v}\""),
+        format!("DB_PASSWORD ?= {v}"),
+        format!("DB_PASSWORD ::= {v}"),
+        format!("$dbPassword .= \"{v}\";"),
+        format!("dbPassword,{v},"),
+        format!("{{\\\"db_password\\\": \\\"{v}\\\"}}"),
+        format!("dbPassword := `{v}`"),
+        format!("https://x.example/?password={v}&page=2"),
+    ] {
+        assert_found("generic-secret", &line, &v);
+    }
+    for line in [
+        "https://x.example/?password=abcdefghijklmnopqrstuvwxyz&page=2".to_string(),
+        j(&["token = ", "gh", "p_", &"x".repeat(36)]),
+        format!("tokenizer string = {v}"),
+        "runws: secret found: out/a.zip!/b2.tar.gz!gzip!/c9.txt:2:github-token ghp_…".to_string(),
+        format!("the password changed: {v}"),
+    ] {
+        assert_not_found("generic-secret", &line);
+    }
+}
+
+#[test]
+fn a_compressed_file_gives_the_same_findings_however_it_is_fed() {
+    use std::io::Write;
+    let t = github(90);
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(format!("one\ntwo {t}\n").repeat(3).as_bytes()).unwrap();
+    let gz = e.finish().unwrap();
+    let scanner = Scanner::new();
+    let allowance = Allowance::new(&LIMITS);
+    let scan_in = |chunk: usize| {
+        let mut s = DeepScan::new(&scanner, &LIMITS, &allowance, "a.gz");
+        gz.chunks(chunk).for_each(|c| s.feed(c));
+        s.finish()
+    };
+    let whole = scan_in(gz.len());
+    assert_eq!(whole.1, []);
+    assert!(whole.0.iter().any(|f| f.path == "a.gz!gzip" && f.line == 2), "{whole:?}");
+    for chunk in [1, 7, 262, 263, 264, 1000] {
+        assert_eq!(scan_in(chunk), whole, "chunks of {chunk}");
     }
 }

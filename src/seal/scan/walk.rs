@@ -22,7 +22,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 
-use super::{Finding, Scanner};
+use super::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::kind;
 
@@ -44,28 +44,41 @@ impl Job {
     }
 }
 
+/// What a scan of files on disk found, and what it could not look inside.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Sorted by path, line, rule and redaction.
+    pub findings: Vec<Finding>,
+    /// Compressed files and archive members not scanned, sorted by path.
+    pub unscanned: Vec<Unscanned>,
+}
+
 /// Scans the files at `paths`, and every regular file below the directories
-/// among them, with the built-in rules. The paths themselves are taken as
-/// named (a symlink given here is followed); nothing below them is. Findings
-/// come sorted by path, line, rule and redaction.
-pub fn scan_paths(paths: &[PathBuf]) -> Result<Vec<Finding>> {
+/// among them, with the built-in rules, looking inside compressed files and
+/// archives within [`LIMITS`]. The paths themselves are taken as named (a
+/// symlink given here is followed); nothing below them is.
+pub fn scan_paths(paths: &[PathBuf]) -> Result<Report> {
     let mut jobs = Vec::new();
     for path in paths {
         walk_root(path, &mut jobs)?;
     }
     let scanner = Scanner::new();
+    let allowance = Allowance::new(&LIMITS);
     let threads =
         std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16).min(jobs.len().max(1));
     let next = AtomicUsize::new(0);
     let outcomes = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads).map(|_| s.spawn(|| work(&scanner, &jobs, &next))).collect();
+        let workers: Vec<_> =
+            (0..threads).map(|_| s.spawn(|| work(&scanner, &allowance, &jobs, &next))).collect();
         workers.into_iter().map(|w| w.join()).collect::<Vec<_>>()
     });
     let mut findings = Vec::new();
+    let mut unscanned = Vec::new();
     let mut first_error: Option<(usize, Error)> = None;
     for outcome in outcomes {
-        let (found, error) = outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let ((found, skipped), error) = outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         findings.extend(found);
+        unscanned.extend(skipped);
         if let Some((i, e)) = error
             && first_error.as_ref().is_none_or(|(j, _)| i < *j)
         {
@@ -84,27 +97,38 @@ pub fn scan_paths(paths: &[PathBuf]) -> Result<Vec<Finding>> {
             &b.redacted,
         ))
     });
-    Ok(findings)
+    unscanned.sort_by(|a, b| (a.path.as_bytes(), &a.why).cmp(&(b.path.as_bytes(), &b.why)));
+    Ok(Report { findings, unscanned })
 }
+
+type Found = (Vec<Finding>, Vec<Unscanned>);
 
 /// A worker: takes the next job until none are left; stops at its first
 /// error and reports it with the job's index.
-fn work(scanner: &Scanner, jobs: &[Job], next: &AtomicUsize) -> (Vec<Finding>, Option<(usize, Error)>) {
-    let mut findings = Vec::new();
+fn work(
+    scanner: &Scanner,
+    allowance: &Allowance,
+    jobs: &[Job],
+    next: &AtomicUsize,
+) -> (Found, Option<(usize, Error)>) {
+    let mut found: Found = (Vec::new(), Vec::new());
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = jobs.get(i) else {
-            return (findings, None);
+            return (found, None);
         };
-        match scan_job(scanner, job, &mut buf) {
-            Ok(found) => findings.extend(found),
-            Err(e) => return (findings, Some((i, e))),
+        match scan_job(scanner, allowance, job, &mut buf) {
+            Ok((f, u)) => {
+                found.0.extend(f);
+                found.1.extend(u);
+            }
+            Err(e) => return (found, Some((i, e))),
         }
     }
 }
 
-fn scan_job(scanner: &Scanner, job: &Job, buf: &mut [u8]) -> Result<Vec<Finding>> {
+fn scan_job(scanner: &Scanner, allowance: &Allowance, job: &Job, buf: &mut [u8]) -> Result<Found> {
     let mut flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     if !job.follow {
         flags |= OFlag::O_NOFOLLOW;
@@ -112,7 +136,7 @@ fn scan_job(scanner: &Scanner, job: &Job, buf: &mut [u8]) -> Result<Vec<Finding>
     let fd = match nix::fcntl::open(&job.path, flags, Mode::empty()) {
         Ok(fd) => fd,
         // Removed since the walk: nothing left to scan.
-        Err(Errno::ENOENT) => return Ok(Vec::new()),
+        Err(Errno::ENOENT) => return Ok((Vec::new(), Vec::new())),
         Err(Errno::ELOOP) => {
             return Err(Error::Symlink { path: job.path.clone() });
         }
@@ -126,7 +150,7 @@ fn scan_job(scanner: &Scanner, job: &Job, buf: &mut [u8]) -> Result<Vec<Finding>
         )));
     }
     let mut file = blocking(fd, &job.path)?;
-    let mut scan = scanner.file(&job.path.to_string_lossy());
+    let mut scan = DeepScan::new(scanner, &LIMITS, allowance, &job.path.to_string_lossy());
     loop {
         match file.read(buf) {
             Ok(0) => return Ok(scan.finish()),
@@ -218,8 +242,9 @@ mod tests {
         assert_eq!(jobs.len(), 1);
 
         let scanner = Scanner::new();
+        let allowance = Allowance::new(&LIMITS);
         let mut buf = vec![0; 64];
-        assert_eq!(scan_job(&scanner, &jobs[0], &mut buf).unwrap(), []);
+        assert_eq!(scan_job(&scanner, &allowance, &jobs[0], &mut buf).unwrap(), (vec![], vec![]));
 
         // The directory becomes a symlink to a look-alike tree elsewhere.
         let elsewhere = tmp.path().join("elsewhere");
@@ -227,6 +252,6 @@ mod tests {
         std::fs::write(elsewhere.join("a.txt"), "one\n").unwrap();
         std::fs::rename(&dir, tmp.path().join("moved")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
-        assert!(matches!(scan_job(&scanner, &jobs[0], &mut buf), Err(Error::Other(_))));
+        assert!(matches!(scan_job(&scanner, &allowance, &jobs[0], &mut buf), Err(Error::Other(_))));
     }
 }
