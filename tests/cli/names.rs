@@ -26,3 +26,115 @@ fn a_name_that_is_not_utf8_in_scratch_is_reaped() {
     }
     assert_eq!(env.manifest("latin")["reap"]["completed"], true);
 }
+
+/// `caf\xe9` as bytes, for the test's own checks.
+fn latin1() -> std::ffi::OsString {
+    std::os::unix::ffi::OsStringExt::from_vec(b"caf\xe9".to_vec())
+}
+
+/// `--input` of a file and of a directory whose names (and a name inside)
+/// are not UTF-8: the run starts, every byte and name is copied as it is,
+/// the manifest records the names so that they read back exactly, and the
+/// fingerprint tells them from any other name.
+#[test]
+fn inputs_whose_names_are_not_utf8_are_copied_and_fingerprinted() {
+    let env = Env::new();
+    let name = latin1();
+    let src = env.path("src");
+    let dir = src.join(&name);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join(&name), b"inner\xff bytes").unwrap();
+    std::fs::write(dir.join("sub").join("plain.txt"), b"plain").unwrap();
+    let file = src.join("f");
+    std::fs::create_dir_all(&file).unwrap();
+    let file = file.join(std::ffi::OsStr::from_bytes(b"top\xfe"));
+    std::fs::write(&file, b"top").unwrap();
+    let run = |id: &str, input_dir: &std::path::Path| {
+        Out::from(
+            env.cmd(&["run", "--run-id", id])
+                .arg("--input")
+                .arg(input_dir)
+                .arg("--input")
+                .arg(&file)
+                .args(["--", "true"])
+                .output()
+                .unwrap(),
+        )
+    };
+    run("a", &dir).ok();
+    let inputs = env.run_dir("a").join("inputs");
+    assert_eq!(std::fs::read(inputs.join(&name).join(&name)).unwrap(), b"inner\xff bytes");
+    assert_eq!(std::fs::read(inputs.join(&name).join("sub/plain.txt")).unwrap(), b"plain");
+    assert_eq!(std::fs::read(inputs.join(std::ffi::OsStr::from_bytes(b"top\xfe"))).unwrap(), b"top");
+    let m = env.manifest("a");
+    let paths: Vec<&serde_json::Value> = m["inputs"].as_array().unwrap().iter().map(|i| &i["path"]).collect();
+    assert!(paths.contains(&&serde_json::json!({ "hex": "746f70fe" })), "{paths:?}");
+    assert!(paths.contains(&&serde_json::json!({ "hex": "636166e92f636166e9" })), "{paths:?}");
+    assert!(
+        paths.contains(&&serde_json::json!({ "hex": "636166e92f7375622f706c61696e2e747874" })),
+        "{paths:?}"
+    );
+    // `show --json` reads the manifest back and writes it out the same.
+    let shown: serde_json::Value =
+        serde_json::from_str(&env.run(&["show", "a", "--json"]).ok().stdout).unwrap();
+    assert_eq!(shown["inputs"], m["inputs"]);
+    assert_eq!(shown["input_fingerprint"], m["input_fingerprint"]);
+    // Another byte in the name is another fingerprint; the same is the same.
+    let other = src.join(std::ffi::OsStr::from_bytes(b"caf\xe8"));
+    std::fs::rename(&dir, &other).unwrap();
+    run("b", &other).ok();
+    std::fs::rename(&other, &dir).unwrap();
+    run("c", &dir).ok();
+    let fp = |id: &str| env.manifest(id)["input_fingerprint"].clone();
+    assert_ne!(fp("a"), fp("b"));
+    assert_eq!(fp("a"), fp("c"));
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+/// The guard script: put, has, get and a second put of the same bytes of
+/// a name that is not UTF-8.
+const GUARD_CALLS: &str = "n=$(printf 'caf\\351'); printf 'b\\377' | runws put \"$n\" && runws has \"$n\" \
+    && test \"$(runws get \"$n\" | od -An -tx1 | tr -d ' ')\" = 62ff && printf 'b\\377' | runws put -v \"$n\"";
+
+/// `put`, `get`, `has` and `import` of a name that is not UTF-8, in a
+/// plain run: stamped as `<name>.<run_id>` byte for byte, recorded, read
+/// back, imported, and shown escaped by `show`.
+#[test]
+fn put_get_has_and_import_take_names_that_are_not_utf8() {
+    let env = Env::new();
+    env.sh("maker", GUARD_CALLS).ok().stderr_has("unchanged caf\\xe9.maker");
+    let mut stamped = latin1();
+    stamped.push(".maker");
+    assert_eq!(std::fs::read(env.run_dir("maker").join("outputs").join(&stamped)).unwrap(), b"b\xff");
+    let m = env.manifest("maker");
+    assert_eq!(m["outputs"][0]["name"], serde_json::json!({ "hex": "636166e9" }));
+    assert_eq!(m["outputs"][0]["file"], serde_json::json!({ "hex": "636166e92e6d616b6572" }));
+    env.run(&["show", "maker"]).ok().stdout_has("output:    caf\\xe9 (2 bytes");
+    env.sh("user", "runws import maker \"$(printf 'caf\\351')\"").ok();
+    let copied = env.run_dir("user").join("inputs/maker").join(latin1());
+    assert_eq!(std::fs::read(copied).unwrap(), b"b\xff");
+    let input = &env.manifest("user")["inputs"][0];
+    assert_eq!(input["path"], serde_json::json!({ "hex": "6d616b65722f636166e9" }));
+    assert_eq!(input["from_output"], serde_json::json!({ "hex": "636166e9" }));
+}
+
+/// The same calls from inside a sandbox, whose broker carries the name's
+/// bytes over the run's socket; as root and as an ordinary user.
+#[test]
+fn a_sandboxed_guard_call_carries_a_name_that_is_not_utf8() {
+    use crate::sandbox::{Retry, everyone, runws_as, skip};
+    for who in everyone() {
+        if skip(who, "sandboxed names") {
+            continue;
+        }
+        let env = Env::new();
+        let args = ["run", "--sandbox", "--net", "none", "--run-id", "boxed", "--", "sh", "-c", GUARD_CALLS];
+        Out::from(runws_as(&env, who, &args).output_retrying()).ok().stderr_has("unchanged caf\\xe9.boxed");
+        let mut stamped = latin1();
+        stamped.push(".boxed");
+        let out = env.run_dir("boxed").join("outputs").join(&stamped);
+        assert_eq!(std::fs::read(out).unwrap(), b"b\xff", "as {who:?}");
+        assert_eq!(env.manifest("boxed")["outputs"][0]["name"], serde_json::json!({ "hex": "636166e9" }));
+    }
+}
