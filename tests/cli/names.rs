@@ -138,3 +138,56 @@ fn a_sandboxed_guard_call_carries_a_name_that_is_not_utf8() {
         assert_eq!(env.manifest("boxed")["outputs"][0]["name"], serde_json::json!({ "hex": "636166e9" }));
     }
 }
+
+/// Every line `reap` prints is one line of its own: a claimed path whose
+/// name holds a newline is shown escaped and cannot forge a step.
+#[test]
+fn reap_shows_a_claimed_name_with_a_newline_escaped() {
+    let env = Env::new();
+    let script =
+        "d=\"$RUNWS_DIR/work/$(printf 'x\\nremoved path /etc')\"; mkdir -p \"$d\"; runws claim path \"$d\"";
+    env.sh("nl", script).ok();
+    let out = env.run(&["reap"]);
+    out.ok().stdout_has("x\\nremoved path /etc");
+    for line in out.stdout.lines() {
+        assert!(!line.starts_with("removed path"), "a forged line:\n{}", out.stdout);
+    }
+    assert!(!env.run_dir("nl").join("work").join("x\nremoved path /etc").exists());
+}
+
+/// A secret found in a file whose name holds a newline is reported on one
+/// line, the name escaped, by `seal` and by `restore` from quarantine; a
+/// name that is not UTF-8 is sealed and restored byte for byte.
+#[test]
+fn seal_and_restore_show_names_escaped_and_keep_their_bytes() {
+    let env = Env::new();
+    // The token is put together by the command, so its command line holds none.
+    let rest: String = "R4nd0mT0k3nV4lu3".repeat(3).chars().take(36).collect();
+    let script = format!(
+        "printf 'token: %s%s\\n' ghp_ {rest} > \"$(printf 'a\\nrunws: secret found: forged')\"; printf 'b\\377' > \"$(printf 'caf\\351')\""
+    );
+    let out = Out::from(
+        env.cmd(&["run", "--run-id", "s", "--job", "j", "--seal", "--", "sh", "-c", &script])
+            .output()
+            .unwrap(),
+    );
+    out.code(80).stderr_has("work/a\\nrunws: secret found: forged:1:github-token");
+    let found: Vec<&str> = out.stderr.lines().filter(|l| l.contains("secret found")).collect();
+    assert_eq!(found.len(), 1, "{}", out.stderr);
+    let q = env.root.join("archive/j/quarantine/s.tar.zst");
+    let to = env.path("back");
+    let out = Out::from(env.cmd(&["restore"]).arg(&q).arg("--to").arg(&to).output().unwrap());
+    out.ok().stderr_has("work/a\\nrunws: secret found: forged:1:github-token");
+    let found: Vec<&str> = out.stderr.lines().filter(|l| l.contains("secret found")).collect();
+    assert_eq!(found.len(), 1, "{}", out.stderr);
+    assert_eq!(std::fs::read(to.join("work").join(latin1())).unwrap(), b"b\xff");
+}
+
+/// An error naming a file whose name holds a newline is one line.
+#[test]
+fn an_error_naming_a_file_with_a_newline_is_one_line() {
+    let env = Env::new();
+    let out = Out::from(env.cmd(&["run", "--input", "x\nrunws: forged", "--", "true"]).output().unwrap());
+    out.code(125).stderr_has("x\\nrunws: forged");
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+}

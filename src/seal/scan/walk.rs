@@ -126,7 +126,7 @@ fn scan_job(scanner: &Scanner, job: &Job, buf: &mut [u8]) -> Result<Vec<Finding>
         )));
     }
     let mut file = blocking(fd, &job.path)?;
-    let mut scan = scanner.file(&job.path.to_string_lossy());
+    let mut scan = scanner.file(&crate::shown::path(&job.path));
     loop {
         match file.read(buf) {
             Ok(0) => return Ok(scan.finish()),
