@@ -191,3 +191,20 @@ fn an_error_naming_a_file_with_a_newline_is_one_line() {
     out.code(125).stderr_has("x\\nrunws: forged");
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
 }
+
+/// A name in `{"hex": ...}` form is held to the same checks as any other:
+/// one whose bytes are `..` or hold a `/` makes the manifest unreadable.
+#[test]
+fn a_hex_name_a_run_wrote_is_checked_like_any_name() {
+    let env = Env::new();
+    env.sh("h", "printf x | runws put o").ok();
+    let path = env.run_dir("h").join("manifest.json");
+    let clean = std::fs::read_to_string(&path).unwrap();
+    for (name, file) in [("2e2e", "2e2e2e68"), ("612f62", "612f622e68")] {
+        let mut m: serde_json::Value = serde_json::from_str(&clean).unwrap();
+        m["outputs"][0]["name"] = serde_json::json!({ "hex": name });
+        m["outputs"][0]["file"] = serde_json::json!({ "hex": file });
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        env.run(&["show", "h"]).code(125).stderr_has("field `outputs[0].name`");
+    }
+}
