@@ -24,13 +24,13 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
-    #[error("run directory `{}` already exists; a run id is used once", path.display())]
+    #[error("run directory `{}` already exists; a run id is used once", crate::shown::path(path))]
     RunExists { path: PathBuf },
 
-    #[error("no run `{run}` under `{}`", root.display())]
+    #[error("no run `{run}` under `{}`", crate::shown::path(root))]
     NoSuchRun { run: String, root: PathBuf },
 
-    #[error("{op} `{}`: {source}", path.display())]
+    #[error("{op} `{}`: {source}", crate::shown::path(path))]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -38,10 +38,10 @@ pub enum Error {
         source: io::Error,
     },
 
-    #[error("manifest `{}` is missing", path.display())]
+    #[error("manifest `{}` is missing", crate::shown::path(path))]
     ManifestMissing { path: PathBuf },
 
-    #[error("manifest `{}` is corrupt: {why}", path.display())]
+    #[error("manifest `{}` is corrupt: {why}", crate::shown::path(path))]
     ManifestCorrupt { path: PathBuf, why: String },
 
     #[error("not inside a live runws run: {why}")]
@@ -64,16 +64,19 @@ pub enum Error {
     #[error("run `{run}` has not produced `{name}`")]
     NotProduced { run: String, name: String },
 
-    #[error("`{}` does not match its recorded sha256 (recorded {expected}, found {found})", path.display())]
+    #[error(
+        "`{}` does not match its recorded sha256 (recorded {expected}, found {found})",
+        crate::shown::path(path)
+    )]
     Integrity { path: PathBuf, expected: String, found: String },
 
     #[error("cannot import `{name}` from run `{run}`: {why}")]
     ImportRefused { run: String, name: String, why: String },
 
-    #[error("refused to follow the symlink `{}`", path.display())]
+    #[error("refused to follow the symlink `{}`", crate::shown::path(path))]
     Symlink { path: PathBuf },
 
-    #[error("`{}` is not a regular file or directory", path.display())]
+    #[error("`{}` is not a regular file or directory", crate::shown::path(path))]
     SpecialFile { path: PathBuf },
 
     #[error("refused: the secret scan found {count} secret(s) in {what}")]
@@ -82,47 +85,50 @@ pub enum Error {
     #[error("command not found: `{0}`")]
     CommandNotFound(String),
 
-    #[error("cannot execute `{}`: {source}", path.display())]
+    #[error("cannot execute `{}`: {source}", crate::shown::path(path))]
     CannotExecute {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
 
-    #[error("sealing stopped at `{}`: more than {limit} {what}", path.display())]
+    #[error("sealing stopped at `{}`: more than {limit} {what}", crate::shown::path(path))]
     PackBudget { path: PathBuf, what: &'static str, limit: u64 },
 
-    #[error("sealing ran past its deadline at `{}`", path.display())]
+    #[error("sealing ran past its deadline at `{}`", crate::shown::path(path))]
     PackDeadline { path: PathBuf },
 
-    #[error("symlink `{}` -> `{target}` leaves the run directory", path.display())]
+    #[error("symlink `{}` -> `{target}` leaves the run directory", crate::shown::path(path))]
     LinkEscapes { path: PathBuf, target: String },
 
-    #[error("`{}` changed while it was being sealed", path.display())]
+    #[error("`{}` changed while it was being sealed", crate::shown::path(path))]
     PackChanged { path: PathBuf },
 
-    #[error("archive `{}` already exists; an archive is written once", path.display())]
+    #[error("archive `{}` already exists; an archive is written once", crate::shown::path(path))]
     ArchiveExists { path: PathBuf },
 
-    #[error("checksum file `{}` {why}", path.display())]
+    #[error("checksum file `{}` {why}", crate::shown::path(path))]
     ChecksumFile { path: PathBuf, why: &'static str },
 
-    #[error("`{}` is neither a zstd nor a gzip archive", path.display())]
+    #[error("`{}` is neither a zstd nor a gzip archive", crate::shown::path(path))]
     ArchiveFormat { path: PathBuf },
 
-    #[error("refused to restore `{}`: entry `{entry}` {why}", archive.display())]
+    #[error("refused to restore `{}`: entry `{entry}` {why}", crate::shown::path(archive))]
     ArchiveRefused { archive: PathBuf, entry: String, why: String },
 
-    #[error("cannot restore into `{}`: {why}", path.display())]
+    #[error("cannot restore into `{}`: {why}", crate::shown::path(path))]
     RestoreTarget { path: PathBuf, why: &'static str },
 
-    #[error("refused to restore `{}`: more than {limit} {what} at entry `{entry}`; raise `{option}` to allow more", archive.display())]
+    #[error(
+        "refused to restore `{}`: more than {limit} {what} at entry `{entry}`; raise `{option}` to allow more",
+        crate::shown::path(archive)
+    )]
     RestoreBudget { archive: PathBuf, entry: String, what: &'static str, limit: u64, option: &'static str },
 
-    #[error("{what} `{}` is not a regular file", path.display())]
+    #[error("{what} `{}` is not a regular file", crate::shown::path(path))]
     NotRegularFile { what: &'static str, path: PathBuf },
 
-    #[error("no lane `{lane}` under `{}`", root.display())]
+    #[error("no lane `{lane}` under `{}`", crate::shown::path(root))]
     NoSuchLane { lane: String, root: PathBuf },
 
     #[error(
@@ -159,7 +165,7 @@ pub enum Error {
     #[error("store `{store}` failed to {op}: {why}")]
     Store { store: String, op: &'static str, why: String },
 
-    #[error("store state `{}` is corrupt: {why}", path.display())]
+    #[error("store state `{}` is corrupt: {why}", crate::shown::path(path))]
     StoreCorrupt { path: PathBuf, why: String },
 
     #[error("sandbox: {0}")]

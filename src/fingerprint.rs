@@ -18,6 +18,8 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
 use crate::manifest::InputRecord;
+use crate::osname::OsName;
+use crate::shown;
 
 const CHUNK: usize = 1 << 20;
 
@@ -131,7 +133,8 @@ fn hash_list(inputs: &[InputRecord]) -> String {
     let mut h = Sha256::new();
     h.update(b"runws-inputs-v1\n");
     for i in sorted {
-        // Paths cannot hold NUL, so NUL separates fields unambiguously.
+        // The path's own bytes (a name that is not UTF-8 included): paths
+        // cannot hold NUL, so NUL separates fields unambiguously.
         h.update(i.path.as_bytes());
         h.update(b"\0");
         h.update(i.kind.as_bytes());
@@ -147,25 +150,29 @@ fn hash_list(inputs: &[InputRecord]) -> String {
 }
 
 /// Copies the user's `--input` paths into `inputs/`, each under its own
-/// file name; returns the records, sorted by path.
+/// file name; returns the records, sorted by path. Names are bytes: a name
+/// that is not UTF-8 is copied and recorded as it is.
 pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<InputRecord>> {
     let mut records = Vec::new();
     let mut names = std::collections::BTreeSet::new();
     for src in sources {
-        let name =
-            src.file_name().and_then(|n| n.to_str()).filter(|n| *n != "." && *n != "..").ok_or_else(
-                || Error::Usage(format!("--input `{}` has no usable file name", src.display())),
-            )?;
+        let name = src.file_name().filter(|n| *n != "." && *n != "..").ok_or_else(|| {
+            Error::Usage(format!("--input `{}` has no usable file name", shown::os(src.as_os_str())))
+        })?;
         fsx::check_name(name)?;
-        if !names.insert(name.to_string()) {
-            return Err(Error::Usage(format!("two inputs are named `{name}`; give each input its own name")));
+        if !names.insert(name.to_os_string()) {
+            return Err(Error::Usage(format!(
+                "two inputs are named `{}`; give each input its own name",
+                shown::os(name)
+            )));
         }
+        let name = OsName::from(name);
         // The path the user named is followed; links inside a directory are not.
         let meta = std::fs::metadata(src).ctx("cannot read input", src)?;
         if meta.is_dir() {
-            copy_dir(src, inputs, name, name, &mut records)?;
+            copy_dir(src, inputs, &name, &name, &mut records)?;
         } else if meta.is_file() {
-            records.push(copy_file(src, inputs, name, name)?);
+            records.push(copy_file(src, inputs, &name, &name)?);
         } else {
             return Err(Error::SpecialFile { path: src.clone() });
         }
@@ -174,12 +181,12 @@ pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<I
     Ok(records)
 }
 
-fn copy_file(src: &Path, into: &Dir, name: &str, rel: &str) -> Result<InputRecord> {
+fn copy_file(src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<InputRecord> {
     let mut from = File::open(src).ctx("cannot open input", src)?;
     let mut to = into.create_new(name, 0o644).ctx("cannot create", into.join(name))?;
     let (bytes, sha256) = copy_and_hash(&mut from, &mut to).ctx("cannot copy input", src)?;
     Ok(InputRecord {
-        path: rel.to_string(),
+        path: rel.clone(),
         kind: "file".into(),
         bytes,
         sha256,
@@ -188,7 +195,7 @@ fn copy_file(src: &Path, into: &Dir, name: &str, rel: &str) -> Result<InputRecor
     })
 }
 
-fn copy_dir(src: &Path, parent: &Dir, name: &str, rel: &str, out: &mut Vec<InputRecord>) -> Result<()> {
+fn copy_dir(src: &Path, parent: &Dir, name: &OsName, rel: &OsName, out: &mut Vec<InputRecord>) -> Result<()> {
     parent.mkdir(name, 0o755).ctx("cannot create", parent.join(name))?;
     let dir = parent.sub(name)?;
     let mut entries: Vec<_> = std::fs::read_dir(src)
@@ -198,10 +205,8 @@ fn copy_dir(src: &Path, parent: &Dir, name: &str, rel: &str, out: &mut Vec<Input
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let path = entry.path();
-        let Some(child) = entry.file_name().to_str().map(str::to_string) else {
-            return Err(Error::Usage(format!("input `{}` has a name that is not UTF-8", path.display())));
-        };
-        let child_rel = format!("{rel}/{child}");
+        let child = OsName::from(entry.file_name());
+        let child_rel = rel.joined("/", &child);
         let ft = entry.file_type().ctx("cannot read input", &path)?;
         if ft.is_symlink() {
             let target = std::fs::read_link(&path).ctx("cannot read link", &path)?;
@@ -253,6 +258,17 @@ mod tests {
         assert_ne!(a, combine(&[rec("a", "1"), rec("c", "2")]));
         assert_ne!(a, combine(&[rec("a", "1"), rec("b", "3")]));
         assert!(a.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_hashed_as_their_bytes() {
+        let raw = |b: &[u8]| InputRecord { path: OsName::from_bytes(b.to_vec()), ..rec("x", "1") };
+        let latin = combine(&[raw(b"caf\xe9")]);
+        // Not the escaped spelling, not another byte, not the lossy text.
+        assert_ne!(latin, combine(&[rec("caf\\xe9", "1")]));
+        assert_ne!(latin, combine(&[raw(b"caf\xe8")]));
+        assert_ne!(latin, combine(&[rec("caf\u{fffd}", "1")]));
+        assert_eq!(latin, combine(&[raw(b"caf\xe9")]));
     }
 
     #[test]

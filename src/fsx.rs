@@ -36,14 +36,15 @@ pub fn create_private_dirs(path: &Path) -> io::Result<()> {
 
 /// Checks that `name` is one plain path component: not empty, not `.` or
 /// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
-pub fn check_name(name: &str) -> Result<()> {
+pub fn check_name(name: impl AsRef<OsStr>) -> Result<()> {
+    let name = name.as_ref().as_bytes();
     let why = if name.is_empty() {
         Some("a name cannot be empty")
-    } else if name == "." || name == ".." {
+    } else if name == b"." || name == b".." {
         Some("`.` and `..` are not names")
-    } else if name.contains('/') {
+    } else if name.contains(&b'/') {
         Some("a name is one path component and cannot contain `/`")
-    } else if name.contains('\0') {
+    } else if name.contains(&0) {
         Some("a name cannot contain NUL")
     } else if name.len() > MAX_NAME_BYTES {
         Some("a name is at most 200 bytes")
@@ -51,7 +52,7 @@ pub fn check_name(name: &str) -> Result<()> {
         None
     };
     match why {
-        Some(why) => Err(Error::InvalidName { name: name.escape_debug().to_string(), why }),
+        Some(why) => Err(Error::InvalidName { name: crate::shown::bytes(name), why }),
         None => Ok(()),
     }
 }
@@ -261,7 +262,8 @@ impl Dir {
     }
 
     /// Creates the directory `name` unless a directory (not a symlink) is already there.
-    pub fn mkdir_if_missing(&self, name: &str, mode: u32) -> Result<()> {
+    pub fn mkdir_if_missing(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<()> {
+        let name = name.as_ref();
         match self.mkdir(name, mode) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -321,13 +323,15 @@ impl Dir {
     }
 
     /// A fresh temp name in this directory for a file that will become `name`.
-    fn temp_name(name: &str) -> String {
+    fn temp_name(name: &OsStr) -> String {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let short: String = name.chars().take(64).collect();
+        // A name that is not UTF-8 gives a temp name that is: the temp
+        // name only has to be unique.
+        let short: String = name.to_string_lossy().chars().take(64).collect();
         format!(".{short}.{}.{n}.{nanos:x}.tmp", std::process::id())
     }
 
@@ -335,7 +339,8 @@ impl Dir {
     /// after [`Dir::rename`]; returns its name and the open file. The file
     /// is locked while it is open (see [`Dir::create_locked`]), so a
     /// cleanup tells the temp file of a writer that died from a live one.
-    pub fn create_temp(&self, name: &str, mode: u32) -> Result<(String, File)> {
+    pub fn create_temp(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<(String, File)> {
+        let name = name.as_ref();
         loop {
             let tmp = Self::temp_name(name);
             match self.create_locked(&tmp, mode) {
@@ -509,7 +514,8 @@ impl Dir {
     }
 
     /// Renames `from` to `to` within this directory.
-    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+    pub fn rename(&self, from: impl AsRef<OsStr>, to: impl AsRef<OsStr>) -> Result<()> {
+        let (from, to) = (from.as_ref(), to.as_ref());
         renameat(self.fd.as_fd(), from, self.fd.as_fd(), to).ctx("cannot rename", self.join(from))
     }
 
@@ -994,7 +1000,7 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "/x", "a\0b", &"x".repeat(201)] {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
         }
-        assert!(check_name(&"x".repeat(200)).is_ok());
+        assert!(check_name("x".repeat(200)).is_ok());
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //! # Ok::<(), runws::error::Error>(())
 //! ```
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -38,8 +39,10 @@ use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::{self, copy_and_hash, hash_reader};
 use crate::fsx::{self, Dir};
 use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
+use crate::osname::OsName;
 use crate::procinfo;
 use crate::sandbox::broker::client as broker;
+use crate::shown;
 use crate::spool;
 use crate::workspace::{self, RunDir};
 
@@ -206,13 +209,14 @@ impl Guard {
         self.run.sub("outputs")
     }
 
-    fn file_name(&self, name: &str) -> String {
-        format!("{name}.{}", self.run.id)
+    fn file_name(&self, name: &OsStr) -> OsName {
+        OsName::from(name).joined(".", &self.run.id)
     }
 
     /// Writes output `name` from `reader`: `outputs/<name>.<run_id>`,
     /// atomically, recorded with its bytes and sha256.
-    pub fn put(&self, name: &str, reader: &mut (impl Read + Send)) -> Result<Written> {
+    pub fn put(&self, name: impl AsRef<OsStr>, reader: &mut (impl Read + Send)) -> Result<Written> {
+        let name = name.as_ref();
         fsx::check_name(name)?;
         if self.via == Via::Broker {
             return broker::put(self.dir(), name, reader);
@@ -241,13 +245,13 @@ impl Guard {
             outputs.rename(&tmp, &file)?;
             outputs.sync()?;
             let record = OutputRecord {
-                name: name.to_string(),
+                name: name.into(),
                 file: file.clone(),
                 bytes,
                 sha256: sha256.clone(),
                 written_at: manifest::format_time(SystemTime::now()),
             };
-            m.outputs.retain(|o| o.name != name);
+            m.outputs.retain(|o| o.name != *name);
             m.outputs.push(record.clone());
             Ok(Written::New(record))
         });
@@ -258,7 +262,7 @@ impl Guard {
     }
 
     /// [`Guard::put`] from a byte slice.
-    pub fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<Written> {
+    pub fn put_bytes(&self, name: impl AsRef<OsStr>, bytes: &[u8]) -> Result<Written> {
         self.put(name, &mut std::io::Cursor::new(bytes))
     }
 
@@ -273,13 +277,13 @@ impl Guard {
     }
 
     /// Opens this run's output `name` for reading, with its record and path.
-    fn open_output(&self, name: &str) -> Result<(File, OutputRecord, PathBuf)> {
+    fn open_output(&self, name: &OsStr) -> Result<(File, OutputRecord, PathBuf)> {
         fsx::check_name(name)?;
         let m = self.manifest()?;
         let rec = m
             .output(name)
             .cloned()
-            .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: name.to_string() })?;
+            .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: shown::os(name) })?;
         let outputs = self.outputs()?;
         let path = outputs.join(&rec.file);
         let Some(f) = outputs.open_read(&rec.file)? else {
@@ -290,7 +294,8 @@ impl Guard {
 
     /// Copies output `name` of this run to `out`. `from` may only name this
     /// run: reading another run's output is refused.
-    pub fn get(&self, name: &str, from: Option<&str>, out: &mut impl Write) -> Result<u64> {
+    pub fn get(&self, name: impl AsRef<OsStr>, from: Option<&str>, out: &mut impl Write) -> Result<u64> {
+        let name = name.as_ref();
         if self.via == Via::Broker {
             fsx::check_name(name)?;
             return broker::get(self.dir(), name, from, out);
@@ -300,8 +305,8 @@ impl Guard {
         {
             return Err(Error::CrossRunRead {
                 current: self.run.id.clone(),
-                other: other.to_string(),
-                name: name.to_string(),
+                other: shown::text(other),
+                name: shown::os(name),
             });
         }
         // One read, into a copy no other process can change, and only that
@@ -316,14 +321,15 @@ impl Guard {
     }
 
     /// The bytes of output `name` of this run.
-    pub fn read(&self, name: &str) -> Result<Vec<u8>> {
+    pub fn read(&self, name: impl AsRef<OsStr>) -> Result<Vec<u8>> {
         let mut v = Vec::new();
         self.get(name, None, &mut v)?;
         Ok(v)
     }
 
     /// True only if this run recorded `name` and its bytes still match.
-    pub fn has(&self, name: &str) -> Result<bool> {
+    pub fn has(&self, name: impl AsRef<OsStr>) -> Result<bool> {
+        let name = name.as_ref();
         if self.via == Via::Broker {
             fsx::check_name(name)?;
             return broker::has(self.dir(), name);
@@ -347,20 +353,26 @@ impl Guard {
     /// inputs and the input fingerprint. Only from the runs the run's
     /// `--allow-import` names, when it has such a list (see
     /// [`crate::allowlist`]); a refusal is exit 3 and recorded.
-    pub fn import(&self, run: &str, name: &str) -> Result<InputRecord> {
+    pub fn import(&self, run: &str, name: impl AsRef<OsStr>) -> Result<InputRecord> {
         self.import_within(run, name, None)
     }
 
     /// [`Guard::import`] held to `allowed` (runws's own copy of a sandboxed
     /// run's list) instead of the list the manifest records.
-    pub fn import_within(&self, run: &str, name: &str, allowed: Option<&[String]>) -> Result<InputRecord> {
+    pub fn import_within(
+        &self,
+        run: &str,
+        name: impl AsRef<OsStr>,
+        allowed: Option<&[String]>,
+    ) -> Result<InputRecord> {
+        let name = name.as_ref();
         fsx::check_name(name)?;
         workspace::check_run_id(run)?;
         if self.via == Via::Broker {
             return broker::import(self.dir(), run, name);
         }
         let m = self.manifest()?;
-        let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: name.to_string(), why };
+        let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: shown::os(name), why };
         if run == self.run.id {
             return Err(refuse("a run cannot import its own output; use `runws get`".into()));
         }
@@ -378,7 +390,7 @@ impl Guard {
         let rec = pm
             .output(name)
             .cloned()
-            .ok_or_else(|| refuse(format!("run `{run}` did not produce `{name}`")))?;
+            .ok_or_else(|| refuse(format!("run `{run}` did not produce `{}`", shown::os(name))))?;
         let src_dir = producer.sub("outputs")?;
         let src_path = src_dir.join(&rec.file);
         let Some(mut src) = src_dir.open_read(&rec.file)? else {
@@ -401,14 +413,14 @@ impl Guard {
             let _ = into.unlink(&tmp);
             return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: sha256 });
         }
-        let path = format!("{run}/{name}");
+        let path = OsName::from(run).joined("/", name);
         let record = InputRecord {
             path: path.clone(),
             kind: "file".into(),
             bytes,
             sha256,
             from_run: Some(run.to_string()),
-            from_output: Some(name.to_string()),
+            from_output: Some(name.into()),
         };
         let result = manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
@@ -427,7 +439,7 @@ impl Guard {
     /// Refuses (exit 3), and records the refusal, unless `list` names run
     /// `run` or the job of that run (which must have succeeded). Whether the
     /// run exists is not told apart from whether it is allowed.
-    fn check_allowed(&self, list: &[String], run: &str, name: &str) -> Result<()> {
+    fn check_allowed(&self, list: &[String], run: &str, name: &OsStr) -> Result<()> {
         if allowlist::names_run(list, run) {
             return Ok(());
         }
@@ -442,7 +454,7 @@ impl Guard {
         let refusal = Error::ImportNotAllowed {
             current: self.run.id.clone(),
             other: run.to_string(),
-            name: name.to_string(),
+            name: shown::os(name),
             allowed: allowlist::describe(list),
         };
         Err(self.record_refusal("import", run, name, refusal))
@@ -451,12 +463,12 @@ impl Guard {
     /// Records a cross-run call refused with exit 3 in the manifest's
     /// `refused` list (when, the call, the run asked for, the name, why)
     /// and returns the refusal, or why it could not be recorded.
-    pub(crate) fn record_refusal(&self, call: &str, run: &str, name: &str, refusal: Error) -> Error {
+    pub(crate) fn record_refusal(&self, call: &str, run: &str, name: &OsStr, refusal: Error) -> Error {
         let entry = serde_json::json!({
             "at": manifest::format_time(SystemTime::now()),
             "call": call,
             "run": run,
-            "name": name,
+            "name": OsName::from(name),
             "why": refusal.to_string(),
         });
         let recorded = manifest::update(&self.run.dir, true, |m| {

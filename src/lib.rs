@@ -21,6 +21,7 @@ pub mod guard;
 pub mod lane;
 pub mod leftovers;
 pub mod manifest;
+pub mod osname;
 pub mod pgroup;
 pub mod ports;
 pub mod procinfo;

@@ -15,10 +15,12 @@
 //! itself writes through an [`Owner`], which puts back the fields it owns.
 
 use serde::{Deserialize, Serialize};
+use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result};
 use crate::fsx::{Dir, DirLock, Reserved};
+use crate::osname::OsName;
 use crate::workspace::{FINAL_TEMP, MANIFEST};
 
 mod owned;
@@ -95,8 +97,8 @@ pub struct PortRecord {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InputRecord {
-    /// Path relative to `inputs/`.
-    pub path: String,
+    /// Path relative to `inputs/` (see [`OsName`] for names that are not UTF-8).
+    pub path: OsName,
     /// `file` or `symlink` (a symlink is recorded, never followed).
     #[serde(default = "file_kind")]
     pub kind: String,
@@ -106,7 +108,7 @@ pub struct InputRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_run: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_output: Option<String>,
+    pub from_output: Option<OsName>,
 }
 
 fn file_kind() -> String {
@@ -115,9 +117,9 @@ fn file_kind() -> String {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OutputRecord {
-    pub name: String,
+    pub name: OsName,
     /// The file under `outputs/`: `<name>.<run_id>`.
-    pub file: String,
+    pub file: OsName,
     pub bytes: u64,
     pub sha256: String,
     pub written_at: String,
@@ -231,12 +233,13 @@ fn check_pid(field: &str, pid: i32, least: i32) -> std::result::Result<(), Strin
 }
 
 /// A path relative to `inputs/`: plain components only.
-fn check_relative(field: &str, path: &str) -> std::result::Result<(), String> {
-    let plain = !path.is_empty()
-        && !path.contains('\0')
-        && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+fn check_relative(field: &str, path: &OsName) -> std::result::Result<(), String> {
+    let bytes = path.as_bytes();
+    let plain = !bytes.is_empty()
+        && !bytes.contains(&0)
+        && bytes.split(|b| *b == b'/').all(|c| !c.is_empty() && c != b"." && c != b"..");
     if !plain {
-        return Err(bad(field, format!("`{}` is not a plain relative path", path.escape_debug())));
+        return Err(bad(field, format!("`{}` is not a plain relative path", path.shown())));
     }
     Ok(())
 }
@@ -253,10 +256,10 @@ impl OutputRecord {
     /// as the guard writes it.
     pub fn validate(&self, i: usize, run_id: &str) -> std::result::Result<(), String> {
         crate::fsx::check_name(&self.name).map_err(|e| bad(format_args!("outputs[{i}].name"), e))?;
-        if self.file != format!("{}.{run_id}", self.name) {
+        if self.file != self.name.joined(".", run_id) {
             return Err(bad(
                 format_args!("outputs[{i}].file"),
-                format!("`{}` is not `{}.{run_id}`", self.file.escape_debug(), self.name),
+                format!("`{}` is not `{}.{run_id}`", self.file.shown(), self.name.shown()),
             ));
         }
         Ok(())
@@ -346,8 +349,8 @@ impl Manifest {
         Ok(())
     }
 
-    pub fn output(&self, name: &str) -> Option<&OutputRecord> {
-        self.outputs.iter().find(|o| o.name == name)
+    pub fn output(&self, name: &OsStr) -> Option<&OutputRecord> {
+        self.outputs.iter().find(|o| o.name == *name)
     }
 
     /// True while the lease the run holds has not run out.

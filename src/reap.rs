@@ -38,6 +38,7 @@ use crate::git;
 use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
 use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
+use crate::shown;
 use crate::workspace::{self, RunDir, SCRATCH};
 use crate::worktree::{self, NotOwned, Owned};
 
@@ -174,7 +175,9 @@ impl Step {
 /// Removes a claimed path, only if it lies inside the run directory, walking
 /// to it one component at a time without following symlinks.
 fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
-    let kept = |why: &str| Step::new(Outcome::Kept, format!("kept `{}`: {why}", claim.value));
+    // The run wrote the value: shown escaped (see [`crate::shown`]).
+    let value = shown::text(&claim.value);
+    let kept = |why: &str| Step::new(Outcome::Kept, format!("kept `{value}`: {why}"));
     let path = Path::new(&claim.value);
     let Ok(rel) = path.strip_prefix(run.path()) else {
         return kept("outside the run directory");
@@ -195,8 +198,8 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
     if parts.is_empty() && matches!(last.as_str(), "manifest.json" | "inputs" | "outputs" | "logs") {
         return kept("evidence is never removed by a claim");
     }
-    let gone = || Step::new(Outcome::Done, format!("path `{}`: already gone", claim.value));
-    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot remove path `{}`: {e}", claim.value));
+    let gone = || Step::new(Outcome::Done, format!("path `{value}`: already gone"));
+    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot remove path `{value}`: {e}"));
     let mut dir = match run.sub(".") {
         Ok(d) => d,
         Err(e) => return failed(e),
@@ -213,14 +216,14 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
     }
     if dry_run {
         return match dir.lstat(&last) {
-            Ok(Some(_)) => Step::new(Outcome::WouldDo, format!("would remove path `{}`", claim.value)),
+            Ok(Some(_)) => Step::new(Outcome::WouldDo, format!("would remove path `{value}`")),
             Ok(None) => gone(),
             Err(e) => failed(e),
         };
     }
     match dir.remove_tree(&last) {
         Ok(0) => gone(),
-        Ok(_) => Step::new(Outcome::Done, format!("removed path `{}`", claim.value)),
+        Ok(_) => Step::new(Outcome::Done, format!("removed path `{value}`")),
         Err(e) => failed(e),
     }
 }
@@ -245,7 +248,11 @@ fn claim_repo(claim: &Claim, dry_run: bool) -> std::result::Result<&Path, Step> 
         }
         _ => Err(Step::new(
             Outcome::Kept,
-            format!("kept {} `{}`: no absolute repository recorded", claim.kind, claim.value),
+            format!(
+                "kept {} `{}`: no absolute repository recorded",
+                shown::text(&claim.kind),
+                shown::text(&claim.value)
+            ),
         )),
     }
 }
@@ -258,8 +265,8 @@ fn remove_claimed_worktree(run: &RunDir, claim: &Claim, dry_run: bool, planned: 
         Ok(r) => r,
         Err(s) => return s,
     };
-    let value = &claim.value;
-    let owned = match worktree::owned(run, value, repo) {
+    let value = shown::text(&claim.value);
+    let owned = match worktree::owned(run, &claim.value, repo) {
         Ok(o) => o,
         Err(NotOwned::Refused(why)) => {
             return Step::new(Outcome::Kept, format!("kept worktree `{value}`: {why}"));
@@ -318,9 +325,10 @@ fn delete_claimed_branch(
     planned: &[PathBuf],
 ) -> Step {
     let name = &claim.value;
-    let kept = |why: String| Step::new(Outcome::Kept, format!("kept branch `{name}`: {why}"));
+    let shown_name = shown::text(name);
+    let kept = |why: String| Step::new(Outcome::Kept, format!("kept branch `{shown_name}`: {why}"));
     if opts.keep_branch {
-        return Step::new(Outcome::Kept, format!("kept branch `{name}` (--keep-branch)"));
+        return Step::new(Outcome::Kept, format!("kept branch `{shown_name}` (--keep-branch)"));
     }
     let repo = match claim_repo(claim, opts.dry_run) {
         Ok(r) => r,
@@ -339,11 +347,11 @@ fn delete_claimed_branch(
     if let Some(other) = live.claimant(&m.run_id, "branch", name, &claim.repo) {
         return kept(format!("claimed by the live run `{other}` too"));
     }
-    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot delete branch `{name}`: {e}"));
+    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot delete branch `{shown_name}`: {e}"));
     let refname = format!("refs/heads/{name}");
     let tip = match git::run(repo, &["rev-parse", "--verify", "--quiet", &format!("{refname}^{{commit}}")]) {
         Ok(t) if !t.is_empty() => t,
-        _ => return Step::new(Outcome::Done, format!("branch `{name}`: already gone")),
+        _ => return Step::new(Outcome::Done, format!("branch `{shown_name}`: already gone")),
     };
     let worktrees = match git::run(repo, &["worktree", "list", "--porcelain"]) {
         Ok(w) => w,
@@ -383,11 +391,14 @@ fn delete_claimed_branch(
         ));
     }
     if opts.dry_run {
-        return Step::new(Outcome::WouldDo, format!("would delete branch `{name}` of `{}`", repo.display()));
+        return Step::new(
+            Outcome::WouldDo,
+            format!("would delete branch `{shown_name}` of `{}`", repo.display()),
+        );
     }
     // Deleted only if it still points where it was checked.
     match git::run(repo, &["update-ref", "-d", &refname, &tip]) {
-        Ok(_) => Step::new(Outcome::Done, format!("deleted branch `{name}`")),
+        Ok(_) => Step::new(Outcome::Done, format!("deleted branch `{shown_name}`")),
         Err(e) => failed(e),
     }
 }

@@ -28,6 +28,11 @@ pub fn os(s: &OsStr) -> String {
     bytes(s.as_bytes())
 }
 
+/// A path, escaped as [`bytes`] does.
+pub fn path(p: &std::path::Path) -> String {
+    os(p.as_os_str())
+}
+
 /// A string, escaped as [`bytes`] does.
 pub fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -35,10 +40,24 @@ pub fn text(s: &str) -> String {
     out
 }
 
+/// A message runws composed, kept on one line: control characters escaped
+/// as [`text`] does, backslashes left as they are (the names in it are
+/// already escaped; this catches what came from elsewhere, such as another
+/// tool's error text).
+pub fn line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push(&mut out, s, false);
+    out
+}
+
 fn push_str(out: &mut String, s: &str) {
+    push(out, s, true);
+}
+
+fn push(out: &mut String, s: &str, backslash: bool) {
     for c in s.chars() {
         match c {
-            '\\' => out.push_str("\\\\"),
+            '\\' if backslash => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
@@ -77,6 +96,11 @@ mod tests {
         assert_eq!(text("a\\nb"), "a\\\\nb");
         assert_eq!(text("\u{7f}\u{85}"), "\\x7f\\x85");
         assert_eq!(text("\u{202e}txt"), "\\u{202e}txt");
+    }
+
+    #[test]
+    fn a_line_keeps_its_backslashes_and_loses_its_breaks() {
+        assert_eq!(line("`a\\nb`: x\ny"), "`a\\nb`: x\\ny");
     }
 
     #[test]

@@ -69,8 +69,8 @@ the run (on stderr, or as JSON on stdout with --json) and record the list in the
 standard input when FILE is `-` or absent, and record its bytes and sha256 in the manifest. \
 Writing the same bytes again succeeds without rewriting.")]
     Put {
-        /// Output name: one path component, at most 200 bytes
-        name: String,
+        /// Output name: one path component, at most 200 bytes (any bytes but `/` and NUL)
+        name: OsString,
         /// File to read, or `-` for standard input
         file: Option<PathBuf>,
         /// Say on stderr what was written (or that nothing changed)
@@ -80,7 +80,7 @@ Writing the same bytes again succeeds without rewriting.")]
 
     /// Print an output of the current run (called by the command)
     Get {
-        name: String,
+        name: OsString,
         /// Refused unless RUN is the current run: read another run's output with `import`
         #[arg(long, value_name = "RUN")]
         from: Option<String>,
@@ -89,7 +89,7 @@ Writing the same bytes again succeeds without rewriting.")]
     /// Succeed only if the current run produced NAME (exit 1 otherwise)
     #[command(long_about = "Exit 0 only if the current run recorded NAME and its bytes still match; exit 1 \
 otherwise, silently. A file on disk is not proof that this run did the work.")]
-    Has { name: String },
+    Has { name: OsString },
 
     /// Copy a finished run's output into this run's inputs, recorded
     #[command(
@@ -97,7 +97,7 @@ otherwise, silently. A file on disk is not proof that this run did the work.")]
 succeeded, with bytes matching its manifest) into inputs/RUN/NAME of the current run, and record \
 the producer run and sha256 in the inputs and the input fingerprint."
     )]
-    Import { run: String, name: String },
+    Import { run: String, name: OsString },
 
     /// Record something this run created, for `reap` (called by the command)
     #[command(

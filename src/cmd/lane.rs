@@ -21,6 +21,7 @@ use crate::lane::promote::{self, PromoteRequest};
 use crate::lane::review::{self, ReviewOptions};
 use crate::lane::{self, Lane, Step, allowed};
 use crate::manifest;
+use crate::shown;
 use crate::workspace::{self, RunDir};
 
 pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8> {
@@ -71,7 +72,7 @@ pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8>
         LaneCommand::Reset { lane, resetter, grace } => {
             let card = promote::reset(&root, &lane, &resetter, grace)?;
             for g in card.reset.iter().flat_map(|r| r.groups.iter()) {
-                eprintln!("runws: {g}");
+                eprintln!("runws: {}", shown::line(g));
             }
             println!(
                 "lane {lane}: reset by {}; the kit and the final card stay in {}",
@@ -191,14 +192,14 @@ fn seal(root: &Path, name: &str) -> anyhow::Result<u8> {
     let report = kit::seal(&lane)?;
     if let Some(checker) = &report.card.checker {
         for r in &checker.removed {
-            eprintln!("runws: removed {r} from lane {name}");
+            eprintln!("runws: removed {} from lane {name}", shown::line(r));
         }
         for w in &checker.warnings {
-            eprintln!("runws: warning: {w}");
+            eprintln!("runws: warning: {}", shown::line(w));
         }
     }
     for f in &report.checkpoint.findings {
-        eprintln!("runws: secret found: {f}");
+        eprintln!("runws: secret found: {}", shown::line(f));
     }
     let cp = &report.checkpoint;
     match (cp.source, &cp.archive) {

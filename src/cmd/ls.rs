@@ -166,7 +166,7 @@ pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<(
     }
     writeln!(out, "inputs:    {} ({})", m.inputs.len(), t(&m.input_fingerprint))?;
     for o in &m.outputs {
-        writeln!(out, "output:    {} ({} bytes, sha256:{})", t(&o.name), o.bytes, t(&o.sha256))?;
+        writeln!(out, "output:    {} ({} bytes, sha256:{})", o.name.shown(), o.bytes, t(&o.sha256))?;
     }
     if let Some(cut) = m.extra.get(manifest::TRUNCATED).and_then(|v| v.as_object()) {
         let lists: Vec<String> = cut.iter().map(|(k, n)| format!("{} ({n})", t(k))).collect();

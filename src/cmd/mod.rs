@@ -39,7 +39,7 @@ pub fn main() -> u8 {
             return exit::OK;
         }
         Err(e) => {
-            eprintln!("runws: {} (see `runws --help`)", one_line(&e.to_string()));
+            eprintln!("runws: {} (see `runws --help`)", crate::shown::line(&one_line(&e.to_string())));
             return exit::FAILURE;
         }
     };
@@ -102,7 +102,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The error and its causes on one line.
+/// The error and its causes on one line: a control character left in a
+/// message (a name a context did not escape, another tool's text) is
+/// escaped, so an error never forges a second line.
 pub fn render(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
@@ -112,7 +114,7 @@ pub fn render(err: &anyhow::Error) -> String {
             parts.push(text);
         }
     }
-    parts.join(": ")
+    crate::shown::line(&parts.join(": "))
 }
 
 /// The exit code of the first runws error in the chain; 125 otherwise.

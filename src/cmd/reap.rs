@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::exit;
 use crate::reap::{self, Action, Options};
+use crate::shown;
 use crate::workspace;
 
 #[allow(clippy::too_many_arguments)]
@@ -32,9 +33,12 @@ pub fn reap(
             if r.action == Action::Skipped && r.reason == reap::ALREADY_REAPED {
                 continue;
             }
-            writeln!(out, "{:<12} {}  ({}): {}", r.action.as_str(), r.run_id, r.status, r.reason)?;
+            // Each on its own line, whatever a run left in a name.
+            let (id, status, reason) =
+                (shown::line(&r.run_id), shown::line(&r.status), shown::line(&r.reason));
+            writeln!(out, "{:<12} {id}  ({status}): {reason}", r.action.as_str())?;
             for s in &r.steps {
-                writeln!(out, "             - {}", s.message)?;
+                writeln!(out, "             - {}", shown::line(&s.message))?;
             }
         }
     }

@@ -32,7 +32,7 @@ pub fn seal_run(run: &RunDir, opts: &SealOptions) -> anyhow::Result<u8> {
 
 fn report(run_id: &str, cp: &Checkpoint) -> u8 {
     for f in &cp.findings {
-        eprintln!("runws: secret found: {f}");
+        eprintln!("runws: secret found: {}", crate::shown::line(&f.to_string()));
     }
     for u in &cp.not_scanned {
         eprintln!("runws: {u}");
@@ -40,7 +40,7 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
     match cp.source {
         "receipt" => {
             if let (Some(a), Some(sha)) = (&cp.archive, &cp.archive_sha256) {
-                eprintln!("runws: sealed run {run_id} into {} (sha256:{sha})", a.display());
+                eprintln!("runws: sealed run {run_id} into {} (sha256:{sha})", crate::shown::path(a));
             }
             exit::OK
         }
@@ -48,7 +48,7 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
             eprintln!(
                 "runws: seal of run {run_id} failed ({}); saved unscanned to quarantine: {}",
                 cp.reason.as_deref().unwrap_or("unknown"),
-                cp.archive.as_ref().map(|a| a.display().to_string()).unwrap_or_default()
+                cp.archive.as_ref().map(|a| crate::shown::path(a)).unwrap_or_default()
             );
             exit::QUARANTINED
         }
@@ -103,7 +103,7 @@ pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Re
 
 pub fn verify(archive: &Path) -> anyhow::Result<u8> {
     let sha = restore::verify(archive)?;
-    println!("ok {} sha256:{sha}", archive.display());
+    println!("ok {} sha256:{sha}", crate::shown::path(archive));
     Ok(exit::OK)
 }
 
@@ -121,7 +121,7 @@ pub fn restore(
     let staged = restore::stage(archive, to, Some(&root), limits)?;
     let findings = staged.report().findings.clone();
     for f in &findings {
-        eprintln!("runws: secret found: {f}");
+        eprintln!("runws: secret found: {}", crate::shown::line(&f.to_string()));
     }
     // What the scan could not open (an archive sealed with
     // `--allow-unscanned` says so in its receipt): warned, not refused.
@@ -133,7 +133,7 @@ pub fn restore(
             // Dropping the staged restore removes it; `to` was never touched.
             drop(staged);
             return Err(Error::SecretsFound {
-                what: format!("archive `{}`", archive.display()),
+                what: format!("archive `{}`", crate::shown::path(archive)),
                 count: findings.len(),
             }
             .into());
@@ -143,7 +143,7 @@ pub fn restore(
             "runws: restored {} files ({} bytes) into {}; scan clean",
             report.files,
             report.bytes,
-            to.display()
+            crate::shown::path(to)
         );
         return Ok(exit::OK);
     }
@@ -158,7 +158,7 @@ pub fn restore(
         "runws: restored {} files ({} bytes) from a quarantine archive into {}; {scan}",
         report.files,
         report.bytes,
-        to.display()
+        crate::shown::path(to)
     );
     Ok(exit::OK)
 }

@@ -305,7 +305,9 @@ impl Card {
 
 /// A value on one Markdown line.
 fn cell(s: &str) -> String {
-    s.replace(['\n', '\r'], " ").replace('|', "\\|").replace('`', "'")
+    // Control characters (a file name a run chose, say) are escaped, so a
+    // cell stays one line of the card and moves no cursor when shown.
+    crate::shown::line(&s.replace(['\n', '\r'], " ").replace('|', "\\|").replace('`', "'"))
 }
 
 /// Free text as an indented block.

@@ -259,7 +259,7 @@ impl Loop<'_> {
     fn refuse(&self, entry: &[u8], why: impl Into<String>) -> Error {
         Error::ArchiveRefused {
             archive: self.archive.to_path_buf(),
-            entry: String::from_utf8_lossy(entry).escape_debug().to_string(),
+            entry: crate::shown::bytes(entry),
             why: why.into(),
         }
     }
@@ -267,7 +267,7 @@ impl Loop<'_> {
     fn over_budget(&self, entry: &[u8], what: &'static str, limit: u64, option: &'static str) -> Error {
         Error::RestoreBudget {
             archive: self.archive.to_path_buf(),
-            entry: String::from_utf8_lossy(entry).escape_debug().to_string(),
+            entry: crate::shown::bytes(entry),
             what,
             limit,
             option,
@@ -337,7 +337,7 @@ impl Loop<'_> {
                 .ctx("cannot create", shown())?;
                 let mut file = File::from(fd);
                 let mut scan =
-                    DeepScan::new(&self.scanner, &LIMITS, &self.allowance, &String::from_utf8_lossy(&key));
+                    DeepScan::new(&self.scanner, &LIMITS, &self.allowance, &crate::shown::bytes(&key));
                 let written =
                     copy(entry, &mut file, &mut self.buf, &mut scan).ctx("cannot extract", shown())?;
                 let (findings, unscanned) = scan.finish();

@@ -27,7 +27,8 @@
 //! (exit 3), a fence other than the one runws was granted is refused (exit
 //! 76), and a renewal lasts at most the run's `--lease-ttl`.
 //!
-//! The protocol is one JSON line each way; `put` and `publish` stream their
+//! The protocol is one JSON line each way (a name that is not UTF-8 travels
+//! as the manifest writes it, `{"hex": ...}`: see [`crate::osname`]); `put` and `publish` stream their
 //! bytes after the request line, `get` streams them after its reply line. A
 //! request line is at most [`MAX_REQUEST`] bytes and must arrive within
 //! [`REQUEST_TIMEOUT`]; a payload to publish is at most [`MAX_PUBLISH`]
@@ -36,6 +37,7 @@
 //! `/proc/self/fd/N/`, so a run directory whose path exceeds the 108 bytes of
 //! a socket address still works.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -48,6 +50,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
 use crate::guard::{Guard, Written};
 use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
+use crate::osname::OsName;
 use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace::RunDir;
 
@@ -78,18 +81,18 @@ pub struct RunLease {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Put {
-        name: String,
+        name: OsName,
     },
     Get {
-        name: String,
+        name: OsName,
         from: Option<String>,
     },
     Has {
-        name: String,
+        name: OsName,
     },
     Import {
         run: String,
-        name: String,
+        name: OsName,
     },
     Info,
     Claim {
@@ -283,7 +286,12 @@ fn answer(
             match guard.get(&name, from.as_deref(), &mut body) {
                 // Recorded like a refused import: the sandbox's other way out.
                 Err(e @ Error::CrossRunRead { .. }) => {
-                    return Err(guard.record_refusal("get", from.as_deref().unwrap_or_default(), &name, e));
+                    return Err(guard.record_refusal(
+                        "get",
+                        from.as_deref().unwrap_or_default(),
+                        name.as_os_str(),
+                        e,
+                    ));
                 }
                 r => r?,
             };
@@ -415,7 +423,7 @@ fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
 pub mod client {
     use super::*;
 
-    pub fn put(run_dir: &Path, name: &str, reader: &mut dyn Read) -> Result<Written> {
+    pub fn put(run_dir: &Path, name: &OsStr, reader: &mut dyn Read) -> Result<Written> {
         let (v, _) = call(run_dir, &Request::Put { name: name.into() }, Some(reader))?;
         let rec: OutputRecord = decode(v["record"].clone())?;
         Ok(if v["new"] == serde_json::Value::Bool(true) {
@@ -425,18 +433,18 @@ pub mod client {
         })
     }
 
-    pub fn get(run_dir: &Path, name: &str, from: Option<&str>, out: &mut dyn Write) -> Result<u64> {
+    pub fn get(run_dir: &Path, name: &OsStr, from: Option<&str>, out: &mut dyn Write) -> Result<u64> {
         let req = Request::Get { name: name.into(), from: from.map(String::from) };
         let (_, body) = call(run_dir, &req, None)?;
         out.write_all(&body).ctx("cannot write", "stdout")?;
         Ok(body.len() as u64)
     }
 
-    pub fn has(run_dir: &Path, name: &str) -> Result<bool> {
+    pub fn has(run_dir: &Path, name: &OsStr) -> Result<bool> {
         decode(call(run_dir, &Request::Has { name: name.into() }, None)?.0)
     }
 
-    pub fn import(run_dir: &Path, run: &str, name: &str) -> Result<InputRecord> {
+    pub fn import(run_dir: &Path, run: &str, name: &OsStr) -> Result<InputRecord> {
         decode(call(run_dir, &Request::Import { run: run.into(), name: name.into() }, None)?.0)
     }
 

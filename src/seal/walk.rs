@@ -20,6 +20,7 @@ use super::exclude::is_never_packed_name;
 use super::links;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
+use crate::shown;
 
 /// What to pack and the limits that make a pack fail.
 #[derive(Clone, Debug)]
@@ -93,7 +94,7 @@ impl Packer<'_> {
         }
         let parent = rel.len().checked_sub(2).map(|i| String::from_utf8_lossy(&rel[i]));
         if is_never_packed_name(parent.as_deref(), &name.to_string_lossy()) {
-            self.excluded.push(rel_path.to_string_lossy().into_owned());
+            self.excluded.push(shown::bytes(&rel_bytes));
             return Ok(());
         }
         let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
@@ -119,10 +120,7 @@ impl Packer<'_> {
                 read_link_below(root_fd, &links::join(p))
             });
             if !inside {
-                return Err(Error::LinkEscapes {
-                    path: shown(),
-                    target: target.to_string_lossy().into_owned(),
-                });
+                return Err(Error::LinkEscapes { path: shown(), target: shown::os(&target) });
             }
             return self.tar.append_link(&mut header, rel_path, &target).ctx("cannot write", self.tmp_path);
         }
@@ -169,7 +167,8 @@ impl Packer<'_> {
             });
         }
         header.set_size(size);
-        let rel = rel_path.to_string_lossy();
+        // Findings name the file escaped: one line, and every byte told apart.
+        let rel = shown::os(rel_path.as_os_str());
         self.inspector.begin_file(&rel);
         let mut tee = Tee {
             file: File::from(fd),

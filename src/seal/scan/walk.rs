@@ -150,7 +150,7 @@ fn scan_job(scanner: &Scanner, allowance: &Allowance, job: &Job, buf: &mut [u8])
         )));
     }
     let mut file = blocking(fd, &job.path)?;
-    let mut scan = DeepScan::new(scanner, &LIMITS, allowance, &job.path.to_string_lossy());
+    let mut scan = DeepScan::new(scanner, &LIMITS, allowance, &crate::shown::path(&job.path));
     loop {
         match file.read(buf) {
             Ok(0) => return Ok(scan.finish()),
