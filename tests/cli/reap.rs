@@ -127,9 +127,14 @@ fn a_paused_run_that_wakes_after_the_reap_finds_itself_reaped() {
 fn a_live_run_with_a_renewed_lease_is_never_touched() {
     let env = Env::new();
     let up = env.path("up");
+    let go = env.path("go");
+    // The run lives (renewing its 0.3 s lease) until every reaper is done,
+    // however slow the machine: it waits for `go`.
     let script = format!(
-        "touch '{}'; sleep 2; test -d \"$HOME\" && test -d \"$TMPDIR\" && printf ok | runws put still-here",
-        up.display()
+        "touch '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+         test -d \"$HOME\" && test -d \"$TMPDIR\" && printf ok | runws put still-here",
+        up.display(),
+        go.display()
     );
     let run = env
         .cmd(&["run", "--run-id", "live", "--lease-ttl", "0.3", "--", "sh", "-c", &script])
@@ -154,6 +159,7 @@ fn a_live_run_with_a_renewed_lease_is_never_touched() {
     for r in reapers {
         r.join().unwrap();
     }
+    std::fs::write(&go, "").unwrap();
     Out::from(run.wait_with_output().unwrap()).ok();
     assert_eq!(env.manifest("live")["status"], "succeeded");
     assert_eq!(env.manifest("live")["outputs"][0]["name"], "still-here");
