@@ -377,81 +377,81 @@ impl<'m, 'a> Inside<'_, 'm, 'a> {
     /// The members of the zip `data`, as its central directory lists them;
     /// an entry the directory does not list is reported, not guessed at.
     fn zip(&mut self, path: &str, data: &[u8], depth: u32) {
-        let Some(eocd) = find_eocd(data) else {
-            if data.starts_with(b"PK\x05\x06") && data.len() >= 22 {
-                return;
-            }
-            return self.skip(path, "corrupt zip: no end of central directory");
+        // The crate checks the end records against the file's length: the
+        // entries it makes room for are at most one per 46 bytes of `data`,
+        // which is itself held within `limits.held`.
+        let mut archive = match zip::ZipArchive::new(io::Cursor::new(data)) {
+            Ok(archive) => archive,
+            Err(e) => return self.skip(path, format!("corrupt zip: {}", crate::shown::text(&e.to_string()))),
         };
-        let count = u16_at(data, eocd + 10);
-        let cd_size = u32_at(data, eocd + 12) as usize;
-        let cd_off = u32_at(data, eocd + 16) as usize;
-        if count == 0xffff || cd_size == 0xffff_ffff || cd_off == 0xffff_ffff {
-            return self.skip(path, "zip64 archives are not opened by the scan");
-        }
-        let Some(cd) = cd_off.checked_add(cd_size).and_then(|end| data.get(cd_off..end)) else {
-            return self.skip(path, "corrupt zip: its central directory is outside the file");
-        };
-        // Byte ranges the directory accounts for.
-        let mut covered = vec![(cd_off, cd_off + cd_size), (eocd, data.len())];
-        let mut at = 0usize;
-        let mut members = 0u64;
-        while at < cd.len() {
-            if cd.len() - at < 46 || cd[at..at + 4] != *b"PK\x01\x02" {
-                return self.skip(path, "corrupt zip: a bad central directory record");
-            }
-            members += 1;
-            if members > self.meter.limits.members {
+        // Byte ranges the directory accounts for: each member's local header
+        // and data.
+        let mut covered = Vec::new();
+        for i in 0..archive.len() {
+            if i as u64 >= self.meter.limits.members {
                 let n = self.meter.limits.members;
                 return self.skip(path, format!("more than {n} members"));
             }
-            let flags = u16_at(cd, at + 8);
-            let method = u16_at(cd, at + 10);
-            let csize = u32_at(cd, at + 20) as usize;
-            let (n, e, c) =
-                (u16_at(cd, at + 28) as usize, u16_at(cd, at + 30) as usize, u16_at(cd, at + 32) as usize);
-            let local = u32_at(cd, at + 42) as usize;
-            let Some(name) = cd.get(at + 46..at + 46 + n) else {
+            let Ok(entry) = archive.by_index_data(i) else {
                 return self.skip(path, "corrupt zip: a bad central directory record");
             };
-            at += 46 + n + e + c;
-            let member = format!("{path}!/{}", crate::shown::bytes(name));
-            if csize == 0xffff_ffff || local == 0xffff_ffff {
-                self.skip(&member, "zip64 members are not opened by the scan");
-                continue;
-            }
-            let Some(start) = local_data_start(data, local) else {
-                self.skip(&member, "corrupt zip: no local header where the directory says");
-                continue;
+            let member = format!("{path}!/{}", crate::shown::bytes(entry.name_raw()));
+            let (dir, encrypted, method) = (entry.is_dir(), entry.encrypted(), entry.compression());
+            // Reading the local header finds where the data starts.
+            let file = match archive.by_index_raw(i) {
+                Ok(file) => file,
+                Err(_) => {
+                    self.skip(&member, "corrupt zip: no local header where the directory says");
+                    continue;
+                }
             };
-            let Some(body) = start.checked_add(csize).and_then(|end| data.get(start..end)) else {
+            let (start, size) = (file.header_start(), file.compressed_size());
+            let end = file.data_start().and_then(|d| d.checked_add(size));
+            drop(file);
+            let Some(end) = end.filter(|&end| end <= data.len() as u64) else {
                 self.skip(&member, "corrupt zip: its data runs past the end of the file");
                 continue;
             };
-            covered.push((local, start + csize));
-            if name.ends_with(b"/") {
+            covered.push((start, end));
+            if dir {
                 continue;
             }
-            if flags & 1 != 0 {
+            if encrypted {
                 self.skip(&member, "encrypted");
                 continue;
             }
-            match method {
-                0 => {
-                    let mut r = body;
+            if !matches!(method, zip::CompressionMethod::Stored | zip::CompressionMethod::Deflated) {
+                // The number is what names a method; the crate only
+                // discourages matching on it.
+                #[allow(deprecated)]
+                let m = method.to_u16();
+                self.skip(&member, format!("zip compression method {m} is not opened by the scan"));
+                continue;
+            }
+            // The CRC is checked at the end of the data, when every byte has
+            // been scanned already: a mismatch leaves nothing unscanned.
+            let options = zip::ZipReadOptions::new().ignore_crc32(true);
+            match archive.by_index_with_options(i, options) {
+                Ok(file) => {
+                    let mut r = Counted { inner: file, meter: self.meter };
                     let _ = self.content(&member, "zip member", &mut r, depth);
                 }
-                8 => {
-                    let mut r = Counted { inner: flate2::read::DeflateDecoder::new(body), meter: self.meter };
-                    let _ = self.content(&member, "zip member", &mut r, depth);
+                Err(e) => {
+                    self.skip(&member, format!("corrupt zip member: {}", crate::shown::text(&e.to_string())))
                 }
-                m => self.skip(&member, format!("zip compression method {m} is not opened by the scan")),
             }
         }
-        // A local entry outside every listed one is one some tools would
-        // extract and the directory hides.
-        let hidden = find_all(data, b"PK\x03\x04")
-            .filter(|&p| !covered.iter().any(|&(s, e)| (s..e).contains(&p)))
+        // The crate keeps one member per name, the last: the others are
+        // neither scanned nor covered, so they are also counted below.
+        if archive.has_duplicate_names() {
+            self.skip(path, "members that share a name, of which only the last is opened");
+        }
+        // A local entry before the directory and outside every listed one is
+        // one that a tool reading the entries in order would extract and the
+        // directory hides.
+        let before = data.len().min(archive.central_directory_start().try_into().unwrap_or(usize::MAX));
+        let hidden = find_all(&data[..before], b"PK\x03\x04")
+            .filter(|&p| !covered.iter().any(|&(s, e)| (s..e).contains(&(p as u64))))
             .collect::<Vec<_>>();
         if let Some(first) = hidden.first() {
             let n = hidden.len();
@@ -464,32 +464,6 @@ impl<'m, 'a> Inside<'_, 'm, 'a> {
             );
         }
     }
-}
-
-fn u16_at(d: &[u8], at: usize) -> u16 {
-    d.get(at..at + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]))
-}
-
-fn u32_at(d: &[u8], at: usize) -> u32 {
-    d.get(at..at + 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-/// The end of central directory record: the last one whose comment ends
-/// within the file.
-fn find_eocd(data: &[u8]) -> Option<usize> {
-    let last = data.len().checked_sub(22)?;
-    let first = last.saturating_sub(0xffff);
-    (first..=last)
-        .rev()
-        .find(|&i| data[i..i + 4] == *b"PK\x05\x06" && i + 22 + u16_at(data, i + 20) as usize <= data.len())
-}
-
-/// Where the data of the member whose local header is at `local` starts.
-fn local_data_start(data: &[u8], local: usize) -> Option<usize> {
-    if data.get(local..local.checked_add(4)?)? != b"PK\x03\x04" || data.len() < local.checked_add(30)? {
-        return None;
-    }
-    Some(local + 30 + u16_at(data, local + 26) as usize + u16_at(data, local + 28) as usize)
 }
 
 fn find_all<'d>(hay: &'d [u8], needle: &'d [u8]) -> impl Iterator<Item = usize> + 'd {
