@@ -21,6 +21,7 @@ mod names;
 mod ports;
 mod privacy;
 mod reap;
+mod reap_forged;
 mod reap_git;
 mod reap_leftovers;
 mod reap_procs;
