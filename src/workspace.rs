@@ -180,6 +180,22 @@ impl RunDir {
                 path.display()
             )));
         }
+        if let Err(e) = Self::fill(&dir) {
+            // A full disk, say: no run is left that nothing could record
+            // (this very directory only, never one made since under its name).
+            let ours = nix::sys::stat::fstat(dir.borrow()).ok().map(|st| (st.st_dev, st.st_ino));
+            if let (Some(ours), Ok(Some(now))) = (ours, runs.lstat(id))
+                && (now.st_dev, now.st_ino) == ours
+            {
+                let _ = runs.remove_tree(id);
+            }
+            return Err(e);
+        }
+        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
+    }
+
+    /// Writes [`CREATING`] and makes the subdirectories of a new run.
+    fn fill(dir: &Dir) -> Result<()> {
         let me = std::process::id() as i32;
         let start = crate::procinfo::stat(me).map_or(0, |s| s.start_time);
         dir.write_atomic_unsynced(CREATING, format!("{me} {start}\n").as_bytes(), 0o644)?;
@@ -203,7 +219,7 @@ impl RunDir {
                     .ctx("cannot set permissions of", dir.join(name))?;
             }
         }
-        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
+        Ok(())
     }
 
     /// Opens an existing run; refuses a symlink in place of the run directory.
