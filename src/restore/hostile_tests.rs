@@ -96,7 +96,8 @@ fn refused(entries: &[Raw], why: &str) {
     let archive = hostile(&base, entries);
     let target = base.join("target");
     fs::create_dir(&target).unwrap();
-    let err = restore(&archive, &target, None, Limits::default()).expect_err("restore accepted a hostile archive");
+    let err =
+        restore(&archive, &target, None, Limits::default()).expect_err("restore accepted a hostile archive");
     assert!(matches!(err, Error::ArchiveRefused { .. }), "{err}");
     assert!(err.to_string().contains(why), "`{err}` does not say `{why}`");
     assert_eq!(fs::read_dir(&target).unwrap().count(), 0, "target not empty after: {err}");

@@ -98,7 +98,9 @@ fn quarantine_is_decided_by_location() {
     fs::copy(&archive, q.join("r1.tar.zst")).unwrap();
     fs::copy(archive.with_file_name("r1.tar.zst.sha256"), q.join("r1.tar.zst.sha256")).unwrap();
     assert!(
-        restore(&q.join("r1.tar.zst"), &tmp.path().join("a"), None, Limits::default()).unwrap().from_quarantine
+        restore(&q.join("r1.tar.zst"), &tmp.path().join("a"), None, Limits::default())
+            .unwrap()
+            .from_quarantine
     );
     // A symlink from elsewhere does not launder a quarantined archive.
     let elsewhere = tmp.path().join("elsewhere");
