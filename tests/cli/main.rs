@@ -10,6 +10,7 @@ mod cache;
 mod concurrency;
 mod environment;
 mod exit_codes;
+mod final_record;
 mod git_safety;
 mod guard;
 mod guard_membership;
