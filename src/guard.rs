@@ -295,6 +295,21 @@ impl Guard {
             fsx::check_name(name)?;
             return broker::get(self.dir(), name, from, out);
         }
+        let (copy, _, path) = self.verified_copy(name, from, spool::IN_MEMORY)?;
+        copy.copy_to(out).ctx("cannot copy output", &path)
+    }
+
+    /// Output `name` of this run, read once into a private copy (at most
+    /// `in_memory` bytes of it in memory) whose hash is the recorded one,
+    /// with its length and path: only that copy is handed on, since the
+    /// file itself may be rewritten in place at any moment. `from` may only
+    /// name this run.
+    pub(crate) fn verified_copy(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        in_memory: usize,
+    ) -> Result<(spool::Spool, u64, PathBuf)> {
         if let Some(other) = from
             && other != self.run.id
         {
@@ -304,15 +319,12 @@ impl Guard {
                 name: name.to_string(),
             });
         }
-        // One read, into a copy no other process can change, and only that
-        // copy, once its hash is the recorded one, goes to `out`: the file
-        // itself may be rewritten in place at any moment.
         let (mut f, rec, path) = self.open_output(name)?;
-        let (copy, _, sha) = spool::read_hashed(&mut f).ctx("cannot read", &path)?;
+        let (copy, bytes, sha) = spool::read_hashed_within(&mut f, in_memory).ctx("cannot read", &path)?;
         if sha != rec.sha256 {
             return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
         }
-        copy.copy_to(out).ctx("cannot copy output", &path)
+        Ok((copy, bytes, path))
     }
 
     /// The bytes of output `name` of this run.
