@@ -28,6 +28,7 @@ mod reap_git;
 mod reap_leftovers;
 mod reap_procs;
 mod reap_race;
+mod record_growth;
 mod records;
 mod restore;
 mod sandbox;
