@@ -138,8 +138,12 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
         let record_name = format!("{token}.json");
         let mut file = match records.create_locked(&record_name, 0o600) {
             Ok(f) => f,
+            // Taken, or removed by a cleanup before it was locked: a new token.
             Err(e)
-                if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists) =>
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::AlreadyExists
+                ) =>
             {
                 continue;
             }

@@ -51,3 +51,28 @@ fn whatever_the_command_puts_in_place_of_the_final_records_temp_file_the_end_is_
         }
     }
 }
+
+/// A command that removes its whole run directory: runws cannot record the
+/// end anywhere, says so in one line and exits, instead of retrying a temp
+/// file in a directory that is gone, forever.
+#[test]
+fn a_command_that_removes_its_run_directory_does_not_make_runws_spin() {
+    let env = Env::new();
+    let mut child = env
+        .cmd(&["run", "--run-id", "gone", "--", "sh", "-c", "rm -rf \"$RUNWS_DIR\"; exit 3"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("runws was still running 30 s after its command removed the run directory");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = Out::from(child.wait_with_output().unwrap());
+    out.code(125).one_line_error().stderr_has("cannot record the end of run `gone`");
+}

@@ -162,3 +162,43 @@ fn reap_never_follows_a_place_under_root_swapped_for_a_symlink() {
         }
     }
 }
+
+/// A process of the user's that keeps removing `ROOT/restores` (empty
+/// between restores) while restores start: each restore ends, restored or
+/// refused, instead of retrying its record in a directory that is gone.
+#[test]
+fn a_restore_whose_records_directory_is_removed_meanwhile_ends() {
+    let env = Env::new();
+    env.sh("s", "echo hi | runws put o").ok();
+    env.run(&["seal", "s"]).ok();
+    let archive = env.root.join("archive/sh/s.tar.zst");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let remover = {
+        let (stop, dir) = (stop.clone(), env.root.join("restores"));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::remove_dir(&dir);
+            }
+        })
+    };
+    let mut hung = None;
+    for i in 0..12 {
+        let to = env.path(&format!("out{i}"));
+        let mut c = env.cmd(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+        let mut child =
+            c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if child.try_wait().unwrap().is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            hung = Some(i);
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    remover.join().unwrap();
+    assert_eq!(hung, None, "a restore was still running 20 s later");
+}
