@@ -346,7 +346,7 @@ impl Dir {
             match self.create_locked(&tmp, mode) {
                 Ok(file) => return Ok((tmp, file)),
                 // Removed by a cleanup before the lock was taken: a new name.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("cannot create a temp file beside", self.join(name), e)),
             }
         }
@@ -357,7 +357,9 @@ impl Dir {
     /// that dies releases it, so [`Dir::abandoned`] can tell its leftovers
     /// from a live writer's file, even when the pid was reused. A cleanup
     /// that took the lock in the moment between the creation and the lock
-    /// (and so removed the file) makes this fail with `NotFound`.
+    /// (and so removed the file) makes this fail with `Interrupted`: try
+    /// again with a new name. `NotFound` means this directory is gone (a
+    /// command removed it, say), and trying again would never end.
     pub fn create_locked(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
         let name = name.as_ref();
         let file = self.create_new(name, mode)?;
@@ -368,7 +370,7 @@ impl Dir {
             return Err(e);
         }
         if fstat(file.as_fd())?.st_nlink == 0 {
-            return Err(io::Error::from(io::ErrorKind::NotFound));
+            return Err(io::Error::from(io::ErrorKind::Interrupted));
         }
         Ok(file)
     }

@@ -50,6 +50,11 @@ use crate::workspace::{self, RunDir};
 pub const REFUSED: &str = "refused";
 /// At most this many refusals are listed; the last entry is the latest.
 const MAX_REFUSED: usize = 100;
+/// The longest value or repository a claim records, in bytes (a path's
+/// limit): the command chooses them, and the record must stay readable.
+pub const MAX_CLAIM_BYTES: usize = 4096;
+/// The most claims one run holds.
+pub const MAX_CLAIMS: usize = 1000;
 
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,6 +305,21 @@ impl Guard {
             fsx::check_name(name)?;
             return broker::get(self.dir(), name, from, out);
         }
+        let (copy, _, path) = self.verified_copy(name, from, spool::IN_MEMORY)?;
+        copy.copy_to(out).ctx("cannot copy output", &path)
+    }
+
+    /// Output `name` of this run, read once into a private copy (at most
+    /// `in_memory` bytes of it in memory) whose hash is the recorded one,
+    /// with its length and path: only that copy is handed on, since the
+    /// file itself may be rewritten in place at any moment. `from` may only
+    /// name this run.
+    pub(crate) fn verified_copy(
+        &self,
+        name: &OsStr,
+        from: Option<&str>,
+        in_memory: usize,
+    ) -> Result<(spool::Spool, u64, PathBuf)> {
         if let Some(other) = from
             && other != self.run.id
         {
@@ -309,15 +329,12 @@ impl Guard {
                 name: shown::os(name),
             });
         }
-        // One read, into a copy no other process can change, and only that
-        // copy, once its hash is the recorded one, goes to `out`: the file
-        // itself may be rewritten in place at any moment.
         let (mut f, rec, path) = self.open_output(name)?;
-        let (copy, _, sha) = spool::read_hashed(&mut f).ctx("cannot read", &path)?;
+        let (copy, bytes, sha) = spool::read_hashed_within(&mut f, in_memory).ctx("cannot read", &path)?;
         if sha != rec.sha256 {
             return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
         }
-        copy.copy_to(out).ctx("cannot copy output", &path)
+        Ok((copy, bytes, path))
     }
 
     /// The bytes of output `name` of this run.
@@ -504,6 +521,14 @@ impl Guard {
         }
         let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
         let absolute = |p: &Path| cwd.join(p).display().to_string();
+        let too_long = |what: &str, len: usize| {
+            Error::Usage(format!(
+                "cannot claim {kind}: its {what} is {len} bytes; a claim is at most {MAX_CLAIM_BYTES} bytes"
+            ))
+        };
+        if value.len() > MAX_CLAIM_BYTES {
+            return Err(too_long("value", value.len()));
+        }
         let bad = |why: &str| Error::Usage(format!("cannot claim {kind} `{}`: {why}", value.escape_debug()));
         if value.is_empty() || value.contains('\0') {
             return Err(bad("empty or holds NUL"));
@@ -520,6 +545,9 @@ impl Guard {
             "path" => claim.value = absolute(Path::new(value)),
             "branch" | "worktree" => {
                 let repo_dir = absolute(repo.unwrap_or(Path::new(".")));
+                if repo_dir.len() > MAX_CLAIM_BYTES {
+                    return Err(too_long("repository", repo_dir.len()));
+                }
                 if kind == "branch" {
                     if !crate::worktree::plain_branch_name(value) {
                         return Err(bad("not a branch name"));
@@ -554,8 +582,26 @@ impl Guard {
                 )));
             }
         }
+        // Made absolute, a value or repository may have grown past the limit.
+        for (what, v) in [("value", Some(&claim.value)), ("repository", claim.repo.as_ref())] {
+            if let Some(v) = v
+                && v.len() > MAX_CLAIM_BYTES
+            {
+                return Err(too_long(what, v.len()));
+            }
+        }
         manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
+            let held = m
+                .claims
+                .iter()
+                .any(|c| c.kind == claim.kind && c.value == claim.value && c.repo == claim.repo);
+            if !held && m.claims.len() >= MAX_CLAIMS {
+                return Err(Error::Usage(format!(
+                    "cannot claim {kind}: run `{}` already holds {MAX_CLAIMS} claims, the most a run holds",
+                    self.run.id
+                )));
+            }
             if claim.kind == "pgid" {
                 // Only a group the run made: its leader and every member
                 // descend from this run's runws. The leader's start time is

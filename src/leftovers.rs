@@ -10,8 +10,10 @@
 //! staging directories ([`crate::restores`]); run directories left without
 //! a manifest are handled by the reaper itself ([`crate::reap`]).
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use crate::fsx::{self, Dir, Leftover};
 use crate::seal::archive;
@@ -32,8 +34,27 @@ pub fn is_temp(name: &OsStr) -> bool {
 
 /// Removes (with `dry_run`, lists) the temp files of dead writers in `dir`
 /// and, `depth` levels down, in its subdirectories (never through a
-/// symlink); a live writer's are left alone.
-pub fn temp_files(dir: &Dir, depth: usize, dry_run: bool, out: &mut Vec<Found>) {
+/// symlink); a live writer's are left alone, and so is every path in
+/// `recorded` (relative to `dir`): a run's evidence may bear any name (an
+/// input, or an output another run imported), a temp file's among them.
+pub fn temp_files(
+    dir: &Dir,
+    depth: usize,
+    recorded: &BTreeSet<PathBuf>,
+    dry_run: bool,
+    out: &mut Vec<Found>,
+) {
+    walk(dir, Path::new(""), depth, recorded, dry_run, out);
+}
+
+fn walk(
+    dir: &Dir,
+    rel: &Path,
+    depth: usize,
+    recorded: &BTreeSet<PathBuf>,
+    dry_run: bool,
+    out: &mut Vec<Found>,
+) {
     let names = match dir.entries_raw() {
         Ok(n) => n,
         Err(e) => {
@@ -42,12 +63,16 @@ pub fn temp_files(dir: &Dir, depth: usize, dry_run: bool, out: &mut Vec<Found>) 
         }
     };
     for (name, is_dir) in names {
+        let path = rel.join(&name);
+        if recorded.contains(&path) {
+            continue;
+        }
         if is_temp(&name) {
             out.push(temp_file(dir, &name, dry_run));
         } else if depth > 0 && is_dir != Some(false) {
             // A name that is not a directory, or a symlink, is refused here.
             if let Ok(sub) = dir.sub(&name) {
-                temp_files(&sub, depth - 1, dry_run, out);
+                walk(&sub, &path, depth - 1, recorded, dry_run, out);
             }
         }
     }

@@ -588,21 +588,29 @@ fn grow_reservation(dir: &Dir, len: usize) -> Result<()> {
     dir.allocate_named(FINAL_TEMP, len as u64 + FINAL_ROOM)
 }
 
-/// Writes `m` through `slot`: when the disk is full and the record has
-/// outgrown the space reserved for it, it is cut to fit ([`fitted`]).
-/// Returns the bytes written, and whether they were cut.
-pub fn write_reserved(slot: Reserved<'_>, m: &Manifest, durable: bool) -> Result<(Vec<u8>, bool)> {
+/// Writes `m` through `slot`, the reserved temp file in the run directory
+/// `dir`: when the disk is full and the record has outgrown the space
+/// reserved for it, it is cut to fit ([`fitted`]). The slot is renamed by
+/// name, and a command without a sandbox can remove that name or put a
+/// directory there: then the record is written through a temp file of a
+/// fresh name, durably. Returns the bytes written, and whether they were cut.
+pub fn write_reserved(dir: &Dir, slot: Reserved<'_>, m: &Manifest, durable: bool) -> Result<(Vec<u8>, bool)> {
     let bytes = m.to_json();
     let mut cut = None;
-    slot.replace_fitting(durable, &bytes, |cap| {
+    let reserved = slot.replace_fitting(durable, &bytes, |cap| {
         let smaller = fitted(m, cap);
         cut.clone_from(&smaller);
         smaller
-    })?;
-    Ok(match cut {
+    });
+    let written = match cut {
         Some(smaller) => (smaller, true),
         None => (bytes, false),
-    })
+    };
+    if let Err(e) = reserved {
+        // The original error says more than a second failure on a full disk.
+        dir.write_atomic(MANIFEST, &written.0, 0o644, true).map_err(|_| e)?;
+    }
+    Ok(written)
 }
 
 /// `m` serialised in at most `cap` bytes, or `None` when even runws's own
@@ -683,6 +691,6 @@ pub fn update_reserved<T>(
     // The temp file is this slot's own (still empty): no need to look at it.
     let mut m = read_named(dir, MANIFEST)?;
     let value = change(&mut m)?;
-    write_reserved(slot, &m, false)?;
+    write_reserved(dir, slot, &m, false)?;
     Ok(value)
 }

@@ -524,11 +524,14 @@ fn teardown(
     }
     // Temp files of writers that died: runws's manifest writes, `put`,
     // `import`.
+    // What the manifest records is evidence, whatever its name.
     let mut found = Vec::new();
-    crate::leftovers::temp_files(&run.dir, 0, opts.dry_run, &mut found);
-    for (sub, depth) in [("outputs", 0), ("inputs", 2)] {
+    crate::leftovers::temp_files(&run.dir, 0, &Default::default(), opts.dry_run, &mut found);
+    let outputs = m.outputs.iter().map(|o| PathBuf::from(&o.file)).collect();
+    let inputs = m.inputs.iter().map(|i| PathBuf::from(&i.path)).collect();
+    for (sub, depth, recorded) in [("outputs", 0, outputs), ("inputs", 2, inputs)] {
         if let Ok(d) = run.sub(sub) {
-            crate::leftovers::temp_files(&d, depth, opts.dry_run, &mut found);
+            crate::leftovers::temp_files(&d, depth, &recorded, opts.dry_run, &mut found);
         }
     }
     steps.extend(found.into_iter().map(|f| step_of(f, opts.dry_run)));
@@ -673,10 +676,12 @@ fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
         r.steps = steps;
         out.push(r);
     };
+    let top = Dir::open(root).ok();
     for place in ["archive", "quarantine", "store"] {
         let mut found = Vec::new();
-        if let Ok(dir) = Dir::open(root.join(place)) {
-            crate::leftovers::temp_files(&dir, 3, opts.dry_run, &mut found);
+        // The place itself, never a symlink a run put in its place.
+        if let Some(dir) = top.as_ref().and_then(|t| t.sub(place).ok()) {
+            crate::leftovers::temp_files(&dir, 3, &Default::default(), opts.dry_run, &mut found);
         }
         push(place, found);
     }

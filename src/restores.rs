@@ -9,7 +9,8 @@
 //! was left by a restore that died. Its contents are untrusted (a run
 //! outside a sandbox can write under ROOT): the reaper removes only a real
 //! directory (never a symlink, reached without one) named exactly as this
-//! record's restore would have named it.
+//! record's restore would have named it, owned by the user who wrote the
+//! record, and root removes it with that user's file rights only.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -117,7 +118,7 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
         return Ok(Staging { dir: Some(dir), _registered: None });
     };
     crate::fsx::create_private_dirs(&root.join(DIR)).ctx("cannot create", root.join(DIR))?;
-    let records = Dir::open(root.join(DIR))?;
+    let records = Dir::open(root)?.sub(DIR)?;
     let parent_abs = if parent.is_absolute() {
         parent.to_path_buf()
     } else {
@@ -137,8 +138,12 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
         let record_name = format!("{token}.json");
         let mut file = match records.create_locked(&record_name, 0o600) {
             Ok(f) => f,
+            // Taken, or removed by a cleanup before it was locked: a new token.
             Err(e)
-                if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::AlreadyExists) =>
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::AlreadyExists
+                ) =>
             {
                 continue;
             }
@@ -165,7 +170,8 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
 /// records; with `dry_run`, says what it would remove.
 pub fn reap(root: &Path, dry_run: bool) -> Vec<Found> {
     let mut out = Vec::new();
-    let Ok(records) = Dir::open(root.join(DIR)) else { return out };
+    // `ROOT/restores` itself, never a symlink a run put in its place.
+    let Ok(records) = Dir::open(root).and_then(|r| r.sub(DIR)) else { return out };
     let Ok(names) = records.entries_raw() else { return out };
     for (name, _) in names {
         let Some(token) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
@@ -192,7 +198,7 @@ fn reap_one(records: &Dir, token: &str, dry_run: bool) -> Found {
         }
         Err(e) => return failed(format!("cannot read `{shown_record}`: {e}")),
     }
-    let record = match read_record(records, &record_name) {
+    let (record, writer) = match read_record(records, &record_name) {
         Some(r) => r,
         None => {
             return done(false, format!("kept `{shown_record}`: not a record runws wrote"));
@@ -200,6 +206,11 @@ fn reap_one(records: &Dir, token: &str, dry_run: bool) -> Found {
     };
     if crate::procinfo::is_same_process(record.pid, record.start_time) {
         return done(false, format!("kept `{shown_record}`: its restore (process {}) is alive", record.pid));
+    }
+    // Only root may act for the record's writer; anyone else, only for itself.
+    let me = nix::unistd::geteuid();
+    if !me.is_root() && writer.uid != me.as_raw() {
+        return done(false, format!("kept `{shown_record}`: written by uid {}, not this user", writer.uid));
     }
     let staging = match checked_staging(&record, token) {
         Ok(p) => p,
@@ -209,6 +220,11 @@ fn reap_one(records: &Dir, token: &str, dry_run: bool) -> Found {
     let (parent, name) = match (staging.parent(), staging.file_name()) {
         (Some(p), Some(n)) => (p, n),
         _ => return done(false, format!("kept `{shown_record}`: no staging directory named")),
+    };
+    // From here on, file access has the writer's rights, not root's: what
+    // the record names is removed only if its writer could remove it.
+    let Some(_acting) = ActingAs::user(writer) else {
+        return failed(format!("cannot take the file rights of uid {} for `{shown_record}`", writer.uid));
     };
     let parent = match open_no_symlink(parent) {
         Ok(Some(d)) => d,
@@ -221,10 +237,13 @@ fn reap_one(records: &Dir, token: &str, dry_run: bool) -> Found {
     let present = match parent.lstat(name) {
         Ok(None) => false,
         Ok(Some(st)) if crate::fsx::kind(&st) == nix::sys::stat::SFlag::S_IFDIR => {
-            if st.st_uid != nix::unistd::geteuid().as_raw() {
+            if st.st_uid != writer.uid {
                 return done(
                     false,
-                    format!("kept `{shown_staging}`: owned by uid {}, not this user", st.st_uid),
+                    format!(
+                        "kept `{shown_staging}`: owned by uid {}, not by the record's writer (uid {})",
+                        st.st_uid, writer.uid
+                    ),
                 );
             }
             true
@@ -274,11 +293,57 @@ fn is_not_found(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
-fn read_record(records: &Dir, name: &str) -> Option<Record> {
+/// Who wrote a record: its file's owner and group.
+#[derive(Clone, Copy)]
+struct Writer {
+    uid: u32,
+    gid: u32,
+}
+
+fn read_record(records: &Dir, name: &str) -> Option<(Record, Writer)> {
+    use std::os::unix::fs::MetadataExt;
     let file = records.open_read(name).ok()??;
+    let meta = file.metadata().ok()?;
+    let writer = Writer { uid: meta.uid(), gid: meta.gid() };
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_RECORD), &mut bytes).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    Some((serde_json::from_slice(&bytes).ok()?, writer))
+}
+
+/// This thread's file-system identity (`setfsuid`, `setfsgid`) set to a
+/// record's writer while held, when root reaps a record another user
+/// wrote: the kernel then grants root's reaper no more than that user's
+/// rights (capabilities that bypass file permissions are dropped with a
+/// non-zero fsuid). Nothing changes for a reaper that is not root, or for a
+/// record root wrote.
+struct ActingAs {
+    restore: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
+}
+
+impl ActingAs {
+    /// `None` when the identity could not be taken.
+    fn user(writer: Writer) -> Option<ActingAs> {
+        use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
+        if !nix::unistd::geteuid().is_root() || writer.uid == 0 {
+            return Some(ActingAs { restore: None });
+        }
+        let old_gid = setfsgid(Gid::from_raw(writer.gid));
+        let old_uid = setfsuid(Uid::from_raw(writer.uid));
+        let acting = ActingAs { restore: Some((old_uid, old_gid)) };
+        // An id that is not valid changes nothing and returns the current one.
+        let uid_now = setfsuid(Uid::from_raw(u32::MAX));
+        let gid_now = setfsgid(Gid::from_raw(u32::MAX));
+        (uid_now.as_raw() == writer.uid && gid_now.as_raw() == writer.gid).then_some(acting)
+    }
+}
+
+impl Drop for ActingAs {
+    fn drop(&mut self) {
+        if let Some((uid, gid)) = self.restore {
+            nix::unistd::setfsuid(uid);
+            nix::unistd::setfsgid(gid);
+        }
+    }
 }
 
 /// The staging path a record names, when it is one this record's restore

@@ -15,15 +15,29 @@ use std::io::{self, Read, Seek, Write};
 pub const IN_MEMORY: usize = 16 << 20;
 
 /// A write-once, read-once copy.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Spool {
     memory: Vec<u8>,
     file: Option<File>,
+    /// Bytes held in memory before the copy moves to a temp file.
+    in_memory: usize,
+}
+
+impl Default for Spool {
+    fn default() -> Spool {
+        Spool::within(IN_MEMORY)
+    }
 }
 
 impl Spool {
     pub fn new() -> Spool {
         Spool::default()
+    }
+
+    /// A copy that holds at most `in_memory` bytes in memory: for a
+    /// process serving many copies at once.
+    pub fn within(in_memory: usize) -> Spool {
+        Spool { memory: Vec::new(), file: None, in_memory }
     }
 
     /// Writes the whole copy to `out`.
@@ -44,7 +58,13 @@ impl Spool {
 /// Reads `src` to its end, once, into a new copy; returns the copy with the
 /// length and sha256 (hex) of exactly the bytes it holds.
 pub fn read_hashed(src: &mut impl Read) -> io::Result<(Spool, u64, String)> {
-    let mut spool = Spool::new();
+    read_hashed_within(src, IN_MEMORY)
+}
+
+/// [`read_hashed`] into a copy that holds at most `in_memory` bytes in
+/// memory.
+pub fn read_hashed_within(src: &mut impl Read, in_memory: usize) -> io::Result<(Spool, u64, String)> {
+    let mut spool = Spool::within(in_memory);
     let (bytes, sha256) = crate::fingerprint::hash_reader(&mut Tee { src, copy: &mut spool })?;
     Ok((spool, bytes, sha256))
 }
@@ -65,7 +85,7 @@ impl<R: Read> Read for Tee<'_, R> {
 
 impl Write for Spool {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.file.is_none() && self.memory.len() + buf.len() > IN_MEMORY {
+        if self.file.is_none() && self.memory.len() + buf.len() > self.in_memory {
             let mut f = tempfile::tempfile()?;
             f.write_all(&self.memory)?;
             self.memory = Vec::new();

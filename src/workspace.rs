@@ -180,15 +180,46 @@ impl RunDir {
                 path.display()
             )));
         }
-        // Until the command starts the directory is runws's alone: one it
-        // could not finish making (a full disk, say) goes again at once.
-        if let Err(e) = fill_new(&dir) {
-            if let Err(w) = runs.remove_tree(id) {
-                eprintln!("runws: warning: cannot remove the run directory: {w}");
+        if let Err(e) = Self::fill(&dir) {
+            // A full disk, say: no run is left that nothing could record
+            // (this very directory only, never one made since under its name).
+            let ours = nix::sys::stat::fstat(dir.borrow()).ok().map(|st| (st.st_dev, st.st_ino));
+            if let (Some(ours), Ok(Some(now))) = (ours, runs.lstat(id))
+                && (now.st_dev, now.st_ino) == ours
+            {
+                let _ = runs.remove_tree(id);
             }
             return Err(e);
         }
         Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
+    }
+
+    /// Writes [`CREATING`] and makes the subdirectories of a new run.
+    fn fill(dir: &Dir) -> Result<()> {
+        let me = std::process::id() as i32;
+        let start = crate::procinfo::stat(me).map_or(0, |s| s.start_time);
+        dir.write_atomic_unsynced(CREATING, format!("{me} {start}\n").as_bytes(), 0o644)?;
+        let umask = current_umask();
+        for (name, mode) in [
+            ("inputs", 0o755),
+            ("outputs", 0o755),
+            ("work", 0o755),
+            ("logs", 0o755),
+            ("home", 0o700),
+            ("tmp", 0o700),
+            ("cache", 0o755),
+            ("run", 0o700),
+            ("bin", 0o755),
+        ] {
+            dir.mkdir(name, mode).ctx("cannot create", dir.join(name))?;
+            if mode & !umask != mode {
+                // mkdir's mode is filtered by the umask; these must be exact.
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode))
+                    .ctx("cannot set permissions of", dir.join(name))?;
+            }
+        }
+        Ok(())
     }
 
     /// Opens an existing run; refuses a symlink in place of the run directory.
@@ -215,34 +246,6 @@ impl RunDir {
     pub fn sub(&self, name: &str) -> Result<Dir> {
         self.dir.sub(name)
     }
-}
-
-/// Names runws in [`CREATING`] and makes the run directory's layout.
-fn fill_new(dir: &Dir) -> Result<()> {
-    let me = std::process::id() as i32;
-    let start = crate::procinfo::stat(me).map_or(0, |s| s.start_time);
-    dir.write_atomic_unsynced(CREATING, format!("{me} {start}\n").as_bytes(), 0o644)?;
-    let umask = current_umask();
-    for (name, mode) in [
-        ("inputs", 0o755),
-        ("outputs", 0o755),
-        ("work", 0o755),
-        ("logs", 0o755),
-        ("home", 0o700),
-        ("tmp", 0o700),
-        ("cache", 0o755),
-        ("run", 0o700),
-        ("bin", 0o755),
-    ] {
-        dir.mkdir(name, mode).ctx("cannot create", dir.join(name))?;
-        if mode & !umask != mode {
-            // mkdir's mode is filtered by the umask; these must be exact.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(mode))
-                .ctx("cannot set permissions of", dir.join(name))?;
-        }
-    }
-    Ok(())
 }
 
 /// The runws a run directory without a manifest names in [`CREATING`]

@@ -184,7 +184,7 @@ impl Owner {
         let value = change(&mut m)?;
         // On a full disk a record that outgrew its reserved space is cut to
         // fit (see [`super::fitted`]); what was written is runws's copy.
-        let (bytes, cut) = super::write_reserved(slot, &m, false)?;
+        let (bytes, cut) = super::write_reserved(dir, slot, &m, false)?;
         if cut && let Ok(smaller) = super::parse(&bytes, &dir.join(MANIFEST)) {
             m = smaller;
         }

@@ -33,7 +33,8 @@
 //! request line is at most [`MAX_REQUEST`] bytes and must arrive within
 //! [`REQUEST_TIMEOUT`]; a payload to publish is at most [`MAX_PUBLISH`]
 //! bytes, read one at a time; at most [`MAX_CONNECTIONS`] calls are served at
-//! once, the next ones wait. The socket is reached through
+//! once, the next ones wait; a `get` is streamed from its verified copy,
+//! at most [`GET_IN_MEMORY`] bytes of it in memory. The socket is reached through
 //! `/proc/self/fd/N/`, so a run directory whose path exceeds the 108 bytes of
 //! a socket address still works.
 
@@ -51,6 +52,7 @@ use crate::fsx::Dir;
 use crate::guard::{Guard, Written};
 use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
 use crate::osname::OsName;
+use crate::spool::Spool;
 use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace::RunDir;
 
@@ -62,6 +64,9 @@ pub const MAX_REQUEST: u64 = 64 * 1024;
 pub const MAX_PUBLISH: usize = 16 << 20;
 /// Calls served at once; a further connection waits for one to end.
 pub const MAX_CONNECTIONS: usize = 64;
+/// The most bytes of one output a `get` holds in runws's memory; the rest
+/// of its verified copy waits in an unlinked temp file.
+pub const GET_IN_MEMORY: usize = 1 << 20;
 /// How long a caller may pause while it sends its request line or a
 /// payload to publish (a `put` streams its bytes at the command's pace).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -235,20 +240,36 @@ impl Drop for Slot {
     }
 }
 
+/// What follows a reply line: nothing, or the verified copy of an output
+/// a `get` asked for (with its length), streamed from the copy.
+enum Body {
+    Nothing,
+    Copy(Spool, u64),
+}
+
 fn handle(stream: UnixStream, served: &Served) {
     let mut reader = BufReader::new(&stream);
     let reply = answer(&mut reader, &stream, served);
     let (reply, body) = match reply {
-        Ok((value, body)) => (Reply { ok: true, value, bytes: body.len() as u64, ..Reply::default() }, body),
+        Ok((value, body)) => {
+            let bytes = match &body {
+                Body::Nothing => 0,
+                Body::Copy(_, n) => *n,
+            };
+            (Reply { ok: true, value, bytes, ..Reply::default() }, body)
+        }
         Err(e) => (
             Reply { ok: false, code: e.exit_code(), error: Some(e.to_string()), ..Reply::default() },
-            Vec::new(),
+            Body::Nothing,
         ),
     };
     let mut w = &stream;
     if let Ok(mut line) = serde_json::to_vec(&reply) {
         line.push(b'\n');
-        let _ = w.write_all(&line).and_then(|()| w.write_all(&body));
+        let _ = w.write_all(&line).and_then(|()| match body {
+            Body::Nothing => Ok(()),
+            Body::Copy(copy, _) => copy.copy_to(&mut w).map(drop),
+        });
     }
 }
 
@@ -256,7 +277,7 @@ fn answer(
     reader: &mut BufReader<&UnixStream>,
     stream: &UnixStream,
     served: &Served,
-) -> Result<(serde_json::Value, Vec<u8>)> {
+) -> Result<(serde_json::Value, Body)> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let peer = getsockopt(stream, PeerCredentials).ctx("cannot identify the caller on", SOCKET)?;
     stream.set_read_timeout(Some(REQUEST_TIMEOUT)).ctx("cannot set a timeout on", SOCKET)?;
@@ -279,11 +300,14 @@ fn answer(
                 Written::New(r) => (true, r),
                 Written::Unchanged(r) => (false, r),
             };
-            (serde_json::json!({ "new": new, "record": rec }), Vec::new())
+            (serde_json::json!({ "new": new, "record": rec }), Body::Nothing)
         }
         Request::Get { name, from } => {
-            let mut body = Vec::new();
-            match guard.get(&name, from.as_deref(), &mut body) {
+            crate::fsx::check_name(&name)?;
+            // Streamed from a copy of which at most GET_IN_MEMORY bytes are
+            // in memory: many large gets at once cost runws little memory.
+            let (copy, bytes, _) = match guard.verified_copy(name.as_os_str(), from.as_deref(), GET_IN_MEMORY)
+            {
                 // Recorded like a refused import: the sandbox's other way out.
                 Err(e @ Error::CrossRunRead { .. }) => {
                     return Err(guard.record_refusal(
@@ -295,18 +319,20 @@ fn answer(
                 }
                 r => r?,
             };
-            (serde_json::Value::Null, body)
+            (serde_json::Value::Null, Body::Copy(copy, bytes))
         }
-        Request::Has { name } => (serde_json::Value::Bool(guard.has(&name)?), Vec::new()),
-        Request::Import { run, name } => (json(&guard.import_within(&run, &name, Some(allow))?), Vec::new()),
-        Request::Info => (json(&guard.manifest()?), Vec::new()),
+        Request::Has { name } => (serde_json::Value::Bool(guard.has(&name)?), Body::Nothing),
+        Request::Import { run, name } => {
+            (json(&guard.import_within(&run, &name, Some(allow))?), Body::Nothing)
+        }
+        Request::Info => (json(&guard.manifest()?), Body::Nothing),
         Request::Claim { kind, value, repo } => {
             if kind == "pgid" {
                 // Its numbers mean nothing outside the PID namespace, and
                 // every process of a sandboxed run ends with it anyway.
-                (serde_json::Value::Null, Vec::new())
+                (serde_json::Value::Null, Body::Nothing)
             } else {
-                (json(&guard.claim(&kind, &value, repo.as_deref())?), Vec::new())
+                (json(&guard.claim(&kind, &value, repo.as_deref())?), Body::Nothing)
             }
         }
         Request::Publish { key, fence } => {
@@ -330,7 +356,7 @@ fn answer(
                 }
                 s.publish(&key, token, &payload)
             })?;
-            (serde_json::Value::Bool(outcome == PublishOutcome::Written), Vec::new())
+            (serde_json::Value::Bool(outcome == PublishOutcome::Written), Body::Nothing)
         }
         Request::LeaseRenew { key, holder, ttl_ms } => {
             let leased = own_lease(served, &key)?;
@@ -347,10 +373,10 @@ fn answer(
             // Never longer than runws itself renews it for.
             let ttl = Duration::from_millis(ttl_ms).min(leased.grant.ttl);
             let lease = leased.with_store(|s| s.renew(&key, own, ttl))?;
-            (serde_json::Value::from(lease.token), Vec::new())
+            (serde_json::Value::from(lease.token), Body::Nothing)
         }
         Request::LeaseShow { key } => {
-            (json(&own_lease(served, &key)?.with_store(|s| s.show(&key))?), Vec::new())
+            (json(&own_lease(served, &key)?.with_store(|s| s.show(&key))?), Body::Nothing)
         }
     })
 }

@@ -85,7 +85,7 @@ pub fn pack(
         let tmp = temp_name(dst_name);
         match dst_dir.create_locked(&tmp, 0o600) {
             Ok(f) => break (tmp, f),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("cannot create", dst_dir.join(&tmp), e)),
         }
     };

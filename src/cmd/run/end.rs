@@ -36,7 +36,7 @@ pub(super) fn record_failure(
     m.finished_at = Some(manifest::format_time(SystemTime::now()));
     m.lease_until = m.finished_at.clone().unwrap_or_default();
     let written = match slot {
-        Some(slot) => manifest::write_reserved(slot, &m, true).map(drop),
+        Some(slot) => manifest::write_reserved(&run.dir, slot, &m, true).map(drop),
         None => manifest::write(&run.dir, &m, true),
     };
     if let Err(w) = written {
