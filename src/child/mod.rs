@@ -25,7 +25,7 @@ use nix::libc;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, killpg, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 mod in_process;
@@ -189,7 +189,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     };
     // Runs in the child only when runws has a single thread at the fork (so
     // the child may allocate and lock like any process).
-    let single = spec.in_process.as_ref().and(SingleThreaded::now());
+    let single = spec.in_process.as_ref().and_then(|_| SingleThreaded::now());
     let in_process = match (spec.in_process, &single) {
         (Some(run), Some(single)) => {
             use std::os::fd::AsRawFd;
@@ -373,19 +373,14 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
         // (see [`OWN_CHILD`]), which this would take from it.
         let own = OWN_CHILD.try_lock();
         let which = if own.is_ok() { None } else { Some(pid) };
-        let reaped = waitpid(which, Some(WaitPidFlag::WNOHANG));
+        let reaped = crate::sys::proc::wait_raw(which.map(Pid::as_raw), false);
         drop(own);
         match reaped {
-            Ok(WaitStatus::Exited(p, code)) if p == pid => {
-                return Ok(Outcome { exit_code: Some(code), signal: None, timed_out });
-            }
-            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                return Ok(Outcome { exit_code: None, signal: Some(sig as i32), timed_out });
-            }
-            Ok(WaitStatus::StillAlive) => {}
+            Ok(Some((p, raw))) if p == pid.as_raw() => return Ok(Outcome::from_wait_status(raw, timed_out)),
+            Ok(None) => {}
             // An adopted orphan, now reaped: look for more.
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e.into())),
+            Ok(Some(_)) => continue,
+            Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e)),
         }
         let now = Instant::now();
         if let Some(t) = term_at
@@ -464,6 +459,7 @@ pub fn signal_group(pid: Pid, sig: Signal) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus};
 
     fn true_spec() -> Spec {
         Spec {

@@ -292,18 +292,7 @@ fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result
 
 /// Waits for child `pid` (any child with `None`): its pid and raw status.
 fn wait_raw(pid: Option<i32>) -> Option<(i32, i32)> {
-    use rustix::process::{Pid, WaitOptions};
-    loop {
-        let waited = match pid {
-            Some(p) => rustix::process::waitpid(Some(Pid::from_raw(p)?), WaitOptions::empty()),
-            None => rustix::process::wait(WaitOptions::empty()),
-        };
-        match waited {
-            Ok(Some((p, st))) => return Some((p.as_raw_nonzero().get(), st.as_raw())),
-            Err(rustix::io::Errno::INTR) => continue,
-            Ok(None) | Err(_) => return None,
-        }
-    }
+    sys::proc::wait_raw(pid, true).ok().flatten()
 }
 
 /// The outer init: waits for PID 1 and ends as the command ended.
@@ -326,7 +315,7 @@ fn die_by(sig: i32) -> u8 {
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     sys::proc::raise_with_default(sig);
     // A signal whose default is to be ignored does not end a process.
-    exit::from_signal(sig)
+    Termination::Signaled(sig).exit_code()
 }
 
 /// PID 1 of the new namespace.

@@ -19,7 +19,6 @@ use std::ffi::{CString, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use nix::libc;
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
 use super::proc::SingleThreaded;
@@ -449,11 +448,15 @@ pub struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let ended = match waitid(Id::Pid(self.pid), flags) {
-            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => true,
-            Err(nix::errno::Errno::ECHILD) => true, // reaped already
-            _ => false,
+        use rustix::process::{WaitId, WaitIdOptions};
+        let flags = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let ended = match rustix::process::Pid::from_raw(self.pid.as_raw()) {
+            Some(pid) => match rustix::process::waitid(WaitId::Pid(pid), flags) {
+                Ok(status) => status.is_some(),
+                Err(rustix::io::Errno::CHILD) => true, // reaped already
+                Err(_) => false,
+            },
+            None => false,
         };
         if ended {
             // SAFETY: the mapping and the Launch made by clone_vm, used by no one now that the child ended.

@@ -94,6 +94,36 @@ pub fn clock_ticks_per_second() -> Option<u64> {
     u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()
 }
 
+/// Waits for child `pid` (any child with `None`) to end: its pid and raw
+/// wait status; without `block`, `Ok(None)` while none has ended. Unlike
+/// nix's `waitpid`, which fails (after reaping the child) on a signal its
+/// `Signal` does not name, any status is returned, real-time signals
+/// included. EINTR is retried.
+pub fn wait_raw(pid: Option<i32>, block: bool) -> std::io::Result<Option<(i32, i32)>> {
+    use rustix::process::WaitOptions;
+    let pid = match pid {
+        Some(p) => Some(
+            rustix::process::Pid::from_raw(p)
+                .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ECHILD))?,
+        ),
+        None => None,
+    };
+    let options = if block { WaitOptions::empty() } else { WaitOptions::NOHANG };
+    loop {
+        // rustix's `waitpid(None, ..)` is waitpid(0, ..), this process
+        // group's children only; `wait` is waitpid(-1, ..), any child.
+        let waited = match pid {
+            Some(_) => rustix::process::waitpid(pid, options),
+            None => rustix::process::wait(options),
+        };
+        match waited {
+            Ok(got) => return Ok(got.map(|(p, st)| (p.as_raw_nonzero().get(), st.as_raw()))),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// A raw wait status (as `waitpid` gives it, and as a sandbox's PID 1
 /// reports it): how the process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +173,18 @@ mod tests {
         assert_eq!(Termination::from_raw(libc::SIGKILL).exit_code(), 137);
         // A core dump does not change the signal.
         assert_eq!(Termination::from_raw(libc::SIGSEGV | 0x80).exit_code(), 139);
+    }
+
+    #[test]
+    // `wait_raw` reaps the child, which clippy cannot see.
+    #[allow(clippy::zombie_processes)]
+    fn a_real_time_signal_is_a_status_like_any_other() {
+        let child = std::process::Command::new("sh").args(["-c", "kill -40 $$"]).spawn().unwrap();
+        let pid = child.id() as i32;
+        let (got, raw) = wait_raw(Some(pid), true).unwrap().unwrap();
+        assert_eq!(got, pid);
+        assert_eq!(Termination::from_raw(raw), Termination::Signaled(40));
+        assert_eq!(Termination::from_raw(raw).exit_code(), 168);
     }
 
     #[test]
