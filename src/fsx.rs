@@ -363,9 +363,8 @@ impl Dir {
     pub fn create_locked(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
         let name = name.as_ref();
         let file = self.create_new(name, mode)?;
-        // SAFETY: flock on a descriptor this function owns; no memory is passed.
-        if unsafe { nix::libc::flock(file.as_raw_fd(), nix::libc::LOCK_EX) } != 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive) {
+            let e = io::Error::from(e);
             let _ = unlinkat(self.fd.as_fd(), name, UnlinkatFlags::NoRemoveDir);
             return Err(e);
         }
@@ -754,13 +753,13 @@ impl Dir {
     /// The owner of this directory and when it was created (when the file
     /// system records it): neither can be set by an unprivileged process.
     pub fn owner_and_birth(&self) -> (Option<u32>, Option<std::time::SystemTime>) {
-        match statx_of(self.fd.as_fd(), c"", nix::libc::AT_EMPTY_PATH, nix::libc::STATX_BTIME) {
+        let btime = rustix::fs::StatxFlags::BTIME;
+        match statx_of(self.fd.as_fd(), c"", rustix::fs::AtFlags::EMPTY_PATH, btime) {
             Ok(sx) => {
-                let born =
-                    (sx.stx_mask & nix::libc::STATX_BTIME != 0 && sx.stx_btime.tv_sec > 0).then(|| {
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::new(sx.stx_btime.tv_sec as u64, sx.stx_btime.tv_nsec)
-                    });
+                let born = (sx.stx_mask & btime.bits() != 0 && sx.stx_btime.tv_sec > 0).then(|| {
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::new(sx.stx_btime.tv_sec as u64, sx.stx_btime.tv_nsec)
+                });
                 (Some(sx.stx_uid), born)
             }
             Err(_) => (fstat(self.fd.as_fd()).ok().map(|st| st.st_uid), None),
@@ -897,31 +896,26 @@ impl Mount {
 fn statx_of(
     dir: BorrowedFd<'_>,
     name: &std::ffi::CStr,
-    flags: i32,
-    mask: u32,
-) -> io::Result<nix::libc::statx> {
-    let mut sx = std::mem::MaybeUninit::<nix::libc::statx>::zeroed();
-    // SAFETY: statx fills the buffer it is given; `name` is NUL-terminated.
-    let r = unsafe { nix::libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, sx.as_mut_ptr()) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx succeeded, so the buffer is filled (and was zeroed before).
-    Ok(unsafe { sx.assume_init() })
+    flags: rustix::fs::AtFlags,
+    mask: rustix::fs::StatxFlags,
+) -> io::Result<rustix::fs::Statx> {
+    Ok(rustix::fs::statx(dir, name, flags, mask)?)
 }
 
-fn mount_from(sx: &nix::libc::statx) -> Mount {
-    let root_attr = nix::libc::STATX_ATTR_MOUNT_ROOT as u64;
+fn mount_from(sx: &rustix::fs::Statx) -> Mount {
+    use rustix::fs::{StatxAttributes, StatxFlags};
+    let root = StatxAttributes::MOUNT_ROOT;
     Mount {
         dev: (sx.stx_dev_major, sx.stx_dev_minor),
-        id: (sx.stx_mask & nix::libc::STATX_MNT_ID != 0).then_some(sx.stx_mnt_id),
-        root: sx.stx_attributes_mask & root_attr != 0 && sx.stx_attributes & root_attr != 0,
+        id: (sx.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(sx.stx_mnt_id),
+        root: sx.stx_attributes_mask.contains(root) && sx.stx_attributes.contains(root),
     }
 }
 
 /// The mount an open file is on.
 fn mount_of(fd: BorrowedFd<'_>) -> io::Result<Mount> {
-    statx_of(fd, c"", nix::libc::AT_EMPTY_PATH, nix::libc::STATX_MNT_ID).map(|sx| mount_from(&sx))
+    statx_of(fd, c"", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::MNT_ID)
+        .map(|sx| mount_from(&sx))
 }
 
 /// The mount of `name` in `dir`: a mount point shows its mounted root (a
@@ -929,8 +923,8 @@ fn mount_of(fd: BorrowedFd<'_>) -> io::Result<Mount> {
 fn mount_of_name(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Mount> {
     let name = std::ffi::CString::new(name.as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(nix::libc::EINVAL))?;
-    statx_of(dir, &name, nix::libc::AT_SYMLINK_NOFOLLOW | nix::libc::AT_NO_AUTOMOUNT, nix::libc::STATX_MNT_ID)
-        .map(|sx| mount_from(&sx))
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::NO_AUTOMOUNT;
+    statx_of(dir, &name, flags, rustix::fs::StatxFlags::MNT_ID).map(|sx| mount_from(&sx))
 }
 
 /// Every mount point of this mount namespace (`/proc/self/mountinfo`),

@@ -33,5 +33,6 @@ pub mod seal;
 pub mod shown;
 pub mod spool;
 pub mod store;
+mod sys;
 pub mod workspace;
 pub mod worktree;

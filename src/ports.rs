@@ -114,12 +114,14 @@ fn open_ledger(path: &Path) -> Result<File> {
 /// so a run's own ports are told apart by the kernel, which never binds one
 /// port twice.
 fn try_lock(ledger: &File, port: u16) -> std::io::Result<bool> {
-    // SAFETY: flock is a plain C struct for which all-zero is a valid value.
-    let mut range: nix::libc::flock = unsafe { std::mem::zeroed() };
-    range.l_type = nix::libc::F_WRLCK as i16;
-    range.l_whence = nix::libc::SEEK_SET as i16;
-    range.l_start = port as i64;
-    range.l_len = 1;
+    let range = nix::libc::flock {
+        l_type: nix::libc::F_WRLCK as i16,
+        l_whence: nix::libc::SEEK_SET as i16,
+        l_start: i64::from(port),
+        l_len: 1,
+        // An open file description lock has no owning process.
+        l_pid: 0,
+    };
     match fcntl(ledger, FcntlArg::F_OFD_SETLK(&range)) {
         Ok(_) => Ok(true),
         Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => Ok(false),

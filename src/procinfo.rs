@@ -25,12 +25,7 @@ pub struct Bracket {
 }
 
 fn boot_clock() -> Option<std::time::Duration> {
-    let mut t = nix::libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    if unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_BOOTTIME, &mut t) } != 0 {
-        return None;
-    }
-    Some(std::time::Duration::new(u64::try_from(t.tv_sec).ok()?, u32::try_from(t.tv_nsec).ok()?))
+    crate::sys::proc::boot_clock()
 }
 
 impl Bracket {
@@ -45,8 +40,7 @@ impl Bracket {
     /// straddles two, and the caller reads [`stat`] instead.
     pub fn start_time(&self) -> Option<u64> {
         let after = boot_clock()?;
-        // SAFETY: sysconf only reads a value glibc already holds.
-        let per_second = u128::try_from(unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) }).ok()?;
+        let per_second = u128::from(crate::sys::proc::clock_ticks_per_second()?);
         let tick = 1_000_000_000u128.checked_div(per_second)?;
         let (a, b) = (self.before.as_nanos() / tick, after.as_nanos() / tick);
         (self.before > std::time::Duration::ZERO && a == b).then_some(a as u64)
@@ -171,11 +165,7 @@ pub fn real_uid(pid: i32) -> Option<u32> {
 
 /// Clock ticks per second, the unit of [`ProcStat::start_time`].
 pub fn ticks_per_second() -> u64 {
-    // SAFETY: sysconf only reads a value glibc already holds.
-    u64::try_from(unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|t| *t > 0)
-        .unwrap_or(100)
+    crate::sys::proc::clock_ticks_per_second().filter(|t| *t > 0).unwrap_or(100)
 }
 
 /// The boot-clock tick (the unit of [`ProcStat::start_time`]) at which the
@@ -205,16 +195,12 @@ impl Pidfd {
     /// Opens process `pid` if it is alive and started at `start_time`;
     /// `Err` with the errno when this kernel has no pidfds.
     pub fn open(pid: i32, start_time: u64) -> std::result::Result<Option<Pidfd>, nix::errno::Errno> {
-        // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
-        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return match nix::errno::Errno::last() {
-                nix::errno::Errno::ESRCH => Ok(None),
-                e => Err(e),
-            };
-        }
-        // SAFETY: the descriptor was just returned to us and is owned by nobody else.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        let Some(id) = rustix::process::Pid::from_raw(pid) else { return Ok(None) };
+        let fd = match rustix::process::pidfd_open(id, rustix::process::PidfdFlags::empty()) {
+            Ok(fd) => fd,
+            Err(e) if e == rustix::io::Errno::SRCH => return Ok(None),
+            Err(e) => return Err(nix::errno::Errno::from_raw(e.raw_os_error())),
+        };
         // Opened by pid: it names the process checked only if that process
         // still holds the pid now, which its start time shows.
         Ok(is_same_process(pid, start_time).then_some(Pidfd { pid, fd }))
@@ -222,18 +208,8 @@ impl Pidfd {
 
     /// Sends `sig` to this process; false once it has ended.
     pub fn signal(&self, sig: nix::sys::signal::Signal) -> bool {
-        use std::os::fd::AsRawFd;
-        // SAFETY: pidfd_send_signal on our own descriptor, without siginfo.
-        let r = unsafe {
-            nix::libc::syscall(
-                nix::libc::SYS_pidfd_send_signal,
-                self.fd.as_raw_fd(),
-                sig as i32,
-                std::ptr::null::<nix::libc::siginfo_t>(),
-                0,
-            )
-        };
-        r == 0
+        let Some(sig) = rustix::process::Signal::from_named_raw(sig as i32) else { return false };
+        rustix::process::pidfd_send_signal(&self.fd, sig).is_ok()
     }
 
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {

@@ -62,11 +62,13 @@ pub fn check_job(job: &str) -> Result<()> {
 /// profile), the run fails with a clear error instead of a panic.
 pub fn new_run_id() -> Result<String> {
     let mut random = [0u8; 10];
-    // SAFETY: getrandom fills at most the 10 bytes it is given.
-    let got = unsafe { nix::libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
-    if got != random.len() as isize {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::Other(format!("cannot get random bytes for a run id: {e}")));
+    // A short read of 10 bytes does not happen (getrandom(2) blocks only
+    // before the pool is initialised); treat it as a refusal all the same.
+    let got = rustix::rand::getrandom(&mut random[..], rustix::rand::GetRandomFlags::empty());
+    match got.map_err(std::io::Error::from) {
+        Ok(n) if n == random.len() => {}
+        Ok(_) => return Err(Error::Other("cannot get random bytes for a run id: short read".into())),
+        Err(e) => return Err(Error::Other(format!("cannot get random bytes for a run id: {e}"))),
     }
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -3,7 +3,7 @@
 //! timeout, and the exit status mapped as `env` and `timeout` map it.
 //!
 //! runws creates the child without copying itself (`clone(CLONE_VM)`, see
-//! [`launch`]); the child makes only direct system calls on data built
+//! [`crate::sys::launch`]); the child makes only direct system calls on data built
 //! before, then waits at a gate until runws has recorded its pid in the
 //! manifest, so the manifest never shows a running run without its process.
 //! An `execve` failure travels back through a close-on-exec pipe as an
@@ -16,7 +16,7 @@
 //! timeout and the lease renewal, with no signal handler at all.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,20 +25,16 @@ use nix::libc;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, killpg, pthread_sigmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 mod in_process;
-mod launch;
 
-use in_process::{
-    PidNamespaceForChildren, close_on_exec_now, hide_command_line_and_environment, single_threaded,
-};
-use launch::Launch;
-pub(crate) use launch::sys;
+use in_process::PidNamespaceForChildren;
 
 use crate::error::{Error, IoContext, Result};
-use crate::exit;
+use crate::sys::launch::{self, Descriptors, Image, InProcess};
+use crate::sys::proc::{SingleThreaded, Termination};
 
 /// The signals runws passes on to the command's process group.
 pub const FORWARDED: [Signal; 4] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
@@ -151,13 +147,8 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString> {
 /// Moves `fd` to a descriptor >= 64, close-on-exec, so that placing the
 /// listening sockets at 3, 4, ... in the child cannot overwrite it.
 pub fn high_fd(fd: OwnedFd) -> Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor we own; the result is a new descriptor that nothing else owns.
-    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
-    if raw < 0 {
-        return Err(Error::io("cannot duplicate descriptor", "runws", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `raw` was just returned by fcntl and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    rustix::io::fcntl_dupfd_cloexec(&fd, 64)
+        .map_err(|e| Error::io("cannot duplicate descriptor", "runws", e.into()))
 }
 
 /// Creates the child; it stops at the gate until [`Paused::open_gate`].
@@ -168,27 +159,15 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let program = cstring(spec.program.as_os_str().as_bytes(), "the command path")?;
     let argv: Vec<CString> =
         spec.argv.iter().map(|a| cstring(a.as_bytes(), "an argument")).collect::<Result<_>>()?;
-    let mut envs: Vec<CString> = Vec::with_capacity(spec.env.len() + 1);
+    let mut env: Vec<CString> = Vec::with_capacity(spec.env.len() + 1);
     for (k, v) in &spec.env {
         let mut kv = k.as_bytes().to_vec();
         kv.push(b'=');
         kv.extend_from_slice(v.as_bytes());
-        envs.push(cstring(&kv, "an environment value")?);
+        env.push(cstring(&kv, "an environment value")?);
     }
-    // LISTEN_PID must name the child, known only once it exists: the child
-    // writes its pid into this preallocated buffer.
-    let mut listen_pid: Vec<u8> = b"LISTEN_PID=".to_vec();
-    let pid_offset = listen_pid.len();
-    listen_pid.resize(pid_offset + 24, 0);
     let cwd = cstring(spec.cwd.as_os_str().as_bytes(), "the working directory")?;
-
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
-    if !spec.listen.is_empty() {
-        env_ptrs.push(listen_pid.as_ptr() as *const libc::c_char);
-    }
-    env_ptrs.push(std::ptr::null());
+    let image = Image { program, argv, env, cwd, listen_pid: !spec.listen.is_empty() };
 
     let (gate_r, gate_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "runws")?;
@@ -199,69 +178,32 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     let stdout = spec.stdout.map(high_fd).transpose()?;
     let stderr = spec.stderr.map(high_fd).transpose()?;
     let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
-    let listen_raw: Vec<RawFd> = listen.iter().map(|f| f.as_raw_fd()).collect();
-    let keep_raw: Vec<RawFd> = spec.keep.iter().map(|f| f.as_raw_fd()).collect();
-    let in_process = spec.in_process.filter(|_| single_threaded());
-    let mut launch = Box::new(Launch {
-        program: program.as_ptr(),
-        argv: argv_ptrs.as_ptr(),
-        envp: env_ptrs.as_ptr(),
-        cwd: cwd.as_ptr(),
-        gate: gate_r.as_raw_fd(),
-        gate_writer: gate_w.as_raw_fd(),
-        errors: err_w.as_raw_fd(),
-        stdout: stdout.as_ref().map(|f| f.as_raw_fd()),
-        stderr: stderr.as_ref().map(|f| f.as_raw_fd()),
-        listen: listen_raw.as_ptr(),
-        listen_len: listen_raw.len(),
-        keep: keep_raw.as_ptr(),
-        keep_len: keep_raw.len(),
-        listen_pid: None,
-        foreground: spec.foreground,
-        die_with_parent: in_process.is_some(),
-    });
-    if !listen_raw.is_empty() {
-        // SAFETY: within the buffer, which has 24 bytes after the offset.
-        launch.listen_pid = Some(unsafe { listen_pid.as_mut_ptr().add(pid_offset) });
-    }
-    // The fds the child inherits are closed here once it exists (it has its
-    // own copies); the pipes' other ends stay with runws.
-    let inherited = (gate_r, err_w, stdout, stderr, listen, spec.keep);
-
-    let (child, shared) = match in_process {
-        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        None if launch::SHARED_MEMORY_START => {
-            // Every buffer the child reads moves into `held`; moving a Vec or
-            // CString does not move its heap bytes, which the pointers name.
-            let held: Box<dyn std::any::Any> =
-                Box::new((program, argv, envs, listen_pid, cwd, argv_ptrs, env_ptrs, listen_raw, keep_raw));
-            // SAFETY: `launch` points only into `held`, which clone_vm keeps until the child ended.
-            let cloned = unsafe { launch::clone_vm(launch, held) };
-            let (pid, shared) = cloned.ctx("cannot start", &spec.program)?;
-            (pid, Some(shared))
-        }
-        in_process => {
-            let in_process_keep_raw: Vec<RawFd> =
-                spec.in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
-            let pid_namespace = if in_process.is_some() && spec.pid_namespace {
-                PidNamespaceForChildren::enter()
-            } else {
-                None
-            };
-            // SAFETY: after fork the child makes direct system calls on memory prepared above (launch::prepare, launch::exec), except `in_process`, which is kept only when this process has a single thread, so no lock can be held by a thread the child lacks.
-            match unsafe { nix::unistd::fork() }.ctx("cannot fork", "runws")? {
-                nix::unistd::ForkResult::Child => {
-                    // SAFETY: see above; the pointers refer to this (copied) address space.
-                    unsafe { child_after_fork(&launch, in_process, &in_process_keep_raw) }
-                }
-                nix::unistd::ForkResult::Parent { child } => {
-                    drop(pid_namespace);
-                    drop(spec.in_process_keep);
-                    (child, None)
-                }
-            }
-        }
+    let fds = Descriptors {
+        gate: gate_r.as_fd(),
+        gate_writer: gate_w.as_fd(),
+        errors: err_w.as_fd(),
+        stdout: stdout.as_ref().map(|f| f.as_fd()),
+        stderr: stderr.as_ref().map(|f| f.as_fd()),
+        listen: listen.iter().map(|f| f.as_fd()).collect(),
+        keep: spec.keep.iter().map(|f| f.as_fd()).collect(),
     };
+    // Runs in the child only when runws has a single thread at the fork (so
+    // the child may allocate and lock like any process).
+    let single = spec.in_process.as_ref().and_then(|_| SingleThreaded::now());
+    let in_process = match (spec.in_process, &single) {
+        (Some(run), Some(single)) => {
+            use std::os::fd::AsRawFd;
+            let keep = spec.in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
+            Some(InProcess { run, keep, single })
+        }
+        _ => None,
+    };
+    let pid_namespace =
+        if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
+    let started = launch::start(image, &fds, spec.foreground, in_process);
+    drop(pid_namespace);
+    let (child, shared) = started.ctx("cannot start", &spec.program)?;
+    drop(spec.in_process_keep);
     // Also set the group from this side, so a signal forwarded before the
     // child ran its first instruction still reaches the group. Not for a
     // child that makes a session of its own: a group leader cannot, and a
@@ -270,32 +212,11 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     if spec.foreground {
         let _ = nix::unistd::setpgid(child, child);
     }
-    drop(inherited);
+    // The fds the child inherited are closed here (it has its own copies);
+    // the pipes' other ends stay with runws.
+    drop(fds);
+    drop((gate_r, err_w, stdout, stderr, listen, spec.keep));
     Ok(Paused { pid: child, gate: gate_w, errors: err_r, shared })
-}
-
-/// Runs in the forked child. Never returns.
-///
-/// # Safety
-/// Only in a forked child, with `l`'s pointers valid in it.
-unsafe fn child_after_fork(l: &Launch, in_process: Option<Box<dyn FnOnce() -> u8>>, keep: &[RawFd]) -> ! {
-    // SAFETY (whole function): see the contract; `in_process` runs only when runws had one thread.
-    unsafe {
-        launch::prepare(l);
-        let Some(run) = in_process else { launch::exec(l) };
-        // No exec closes runws's close-on-exec descriptors: close them
-        // here, so the child holds exactly what an exec would have kept
-        // (and what the init alone needs).
-        for fd in keep {
-            libc::fcntl(*fd, libc::F_SETFD, 0);
-        }
-        close_on_exec_now();
-        hide_command_line_and_environment();
-        // A panic must end this child here: unwinding would run runws's
-        // own destructors (its lease, its files) in a copy of runws.
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(exit::FAILURE);
-        libc::_exit(code as i32)
-    }
 }
 
 impl Paused {
@@ -354,15 +275,18 @@ impl Started {
         if got < 4 {
             return None;
         }
-        let errno = i32::from_ne_bytes(buf);
-        if errno == libc::ENOENT {
-            Some(Error::CommandNotFound(program.display().to_string()))
-        } else {
-            Some(Error::CannotExecute {
-                path: program.to_path_buf(),
-                source: std::io::Error::from_raw_os_error(errno),
-            })
-        }
+        Some(exec_failed(program, i32::from_ne_bytes(buf)))
+    }
+}
+
+/// The error for an `execve` of `program` that failed with `errno`: not
+/// found (127) or not executable (126), as
+/// [`crate::sys::proc::exec_errno_exit_code`] decides.
+pub fn exec_failed(program: &Path, errno: i32) -> Error {
+    if crate::sys::proc::exec_errno_exit_code(errno) == crate::exit::NOT_FOUND {
+        Error::CommandNotFound(program.display().to_string())
+    } else {
+        Error::CannotExecute { path: program.to_path_buf(), source: std::io::Error::from_raw_os_error(errno) }
     }
 }
 
@@ -377,10 +301,9 @@ pub struct Outcome {
 impl Outcome {
     /// From a raw wait status, as `waitpid` gives it.
     pub fn from_wait_status(raw: i32, timed_out: bool) -> Outcome {
-        if libc::WIFSIGNALED(raw) {
-            Outcome { exit_code: None, signal: Some(libc::WTERMSIG(raw)), timed_out }
-        } else {
-            Outcome { exit_code: Some(libc::WEXITSTATUS(raw)), signal: None, timed_out }
+        match Termination::from_raw(raw) {
+            Termination::Signaled(sig) => Outcome { exit_code: None, signal: Some(sig), timed_out },
+            Termination::Exited(code) => Outcome { exit_code: Some(code), signal: None, timed_out },
         }
     }
 }
@@ -450,19 +373,14 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
         // (see [`OWN_CHILD`]), which this would take from it.
         let own = OWN_CHILD.try_lock();
         let which = if own.is_ok() { None } else { Some(pid) };
-        let reaped = waitpid(which, Some(WaitPidFlag::WNOHANG));
+        let reaped = crate::sys::proc::wait_raw(which.map(Pid::as_raw), false);
         drop(own);
         match reaped {
-            Ok(WaitStatus::Exited(p, code)) if p == pid => {
-                return Ok(Outcome { exit_code: Some(code), signal: None, timed_out });
-            }
-            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                return Ok(Outcome { exit_code: None, signal: Some(sig as i32), timed_out });
-            }
-            Ok(WaitStatus::StillAlive) => {}
+            Ok(Some((p, raw))) if p == pid.as_raw() => return Ok(Outcome::from_wait_status(raw, timed_out)),
+            Ok(None) => {}
             // An adopted orphan, now reaped: look for more.
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e.into())),
+            Ok(Some(_)) => continue,
+            Err(e) => return Err(Error::io("cannot wait for", format!("pid {pid}"), e)),
         }
         let now = Instant::now();
         if let Some(t) = term_at
@@ -541,6 +459,7 @@ pub fn signal_group(pid: Pid, sig: Signal) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus};
 
     fn true_spec() -> Spec {
         Spec {

@@ -7,7 +7,6 @@ use anyhow::Context;
 use crate::cache;
 use crate::cli::CacheCommand;
 use crate::error::Error;
-use crate::exit;
 
 pub fn cache(cmd: CacheCommand) -> anyhow::Result<u8> {
     match cmd {
@@ -30,11 +29,7 @@ pub fn cache(cmd: CacheCommand) -> anyhow::Result<u8> {
                     return Err(e).with_context(|| format!("cannot run `{}`", command[0].to_string_lossy()));
                 }
             };
-            Ok(match (status.code(), status.signal()) {
-                (Some(c), _) => c.clamp(0, 255) as u8,
-                (None, Some(sig)) => exit::from_signal(sig),
-                _ => exit::FAILURE,
-            })
+            Ok(crate::sys::proc::Termination::from_raw(status.into_raw()).exit_code())
         }
     }
 }

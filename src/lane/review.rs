@@ -104,10 +104,10 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         .stdin(Stdio::null())
         .status()
         .ctx("cannot start", "runws run")?;
-    let code = status.code().unwrap_or_else(|| {
+    let code = {
         use std::os::unix::process::ExitStatusExt;
-        128 + status.signal().unwrap_or(0)
-    });
+        i32::from(crate::sys::proc::Termination::from_raw(status.into_raw()).exit_code())
+    };
     let review = Review {
         result: if code == 0 { "pass".into() } else { "fail".into() },
         kit: kit.display().to_string(),

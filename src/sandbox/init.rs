@@ -23,18 +23,19 @@
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::libc;
 use nix::sched::CloneFlags;
-use nix::unistd::ForkResult;
 
 use super::ns::{self, Refused};
 use super::{Kind, Missing, Net, Plan, Report, audit, mounts};
 use crate::child::FORWARDED;
 use crate::exit;
+use crate::sys;
+use crate::sys::proc::{Forked, SingleThreaded, Termination};
 
 /// The status pipe to runws.
 struct Status {
@@ -91,10 +92,8 @@ pub struct Start {
 /// The listening sockets runws placed at 3, 4, ...: only the command keeps them.
 fn close_listen_fds(n: i32) {
     for fd in 3..3 + n.clamp(0, 1024) {
-        // SAFETY: closing descriptors this process inherited for the command; nothing in this process uses them.
-        unsafe {
-            libc::close(fd);
-        }
+        // Inherited for the command; nothing in this process uses them.
+        let _ = nix::unistd::close(fd);
     }
 }
 
@@ -120,13 +119,15 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
         eprintln!("runws: sandbox: invalid descriptors {status_fd}, {plan_fd}");
         return exit::FAILURE;
     }
-    // SAFETY: runws handed this descriptor to us for our exclusive use.
-    let fd = unsafe { OwnedFd::from_raw_fd(status_fd) };
+    // runws handed these descriptors to this process for its own use.
+    let Some(fd) = sys::fd::claim_inherited(status_fd) else { return exit::FAILURE };
     let _ = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     let mut status = Status { file: std::fs::File::from(fd), try_mode: false };
     let mut plan = String::new();
-    // SAFETY: runws handed this descriptor to us for our exclusive use.
-    let read = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(plan_fd) }).read_to_string(&mut plan);
+    let read = match sys::fd::claim_inherited(plan_fd) {
+        Some(fd) => std::fs::File::from(fd).read_to_string(&mut plan),
+        None => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
+    };
     if let Err(e) = read {
         status.send(&Report::Failed(format!("cannot read the plan: {e}")));
         return exit::FAILURE;
@@ -140,8 +141,7 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     };
     // Executed by runws, this process was given the command's environment.
     let env = std::env::vars_os().collect();
-    // SAFETY: runws handed this descriptor to us for our exclusive use.
-    let report = plan.report_fd.filter(|fd| *fd > 2).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let report = plan.report_fd.and_then(sys::fd::claim_inherited);
     run(Start { status: status.file.into(), plan, command, env, report })
 }
 
@@ -155,9 +155,7 @@ pub fn run(start: Start) -> u8 {
     if let Some(ns) = userns(&start.plan) {
         let _ = nix::fcntl::fcntl(ns, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
-    if let Some(fd) = start.plan.net_fd {
-        // SAFETY: as for `enter_network`.
-        let net = unsafe { BorrowedFd::borrow_raw(fd) };
+    if let Some(net) = start.plan.net_fd.and_then(sys::fd::borrow_inherited) {
         let _ = nix::fcntl::fcntl(net, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
     let status = Status { file: std::fs::File::from(start.status), try_mode: start.plan.try_mode };
@@ -167,7 +165,14 @@ pub fn run(start: Start) -> u8 {
         .find(|(k, _)| k == "LISTEN_FDS")
         .and_then(|(_, v)| v.to_str()?.parse().ok())
         .unwrap_or(0);
-    let job = Job { listen_fds, command: start.command, env: start.env };
+    // The init forks PID 1 and the command, each of which runs on: it never
+    // starts a thread, so that a fork's child may do anything.
+    let Some(single) = SingleThreaded::now() else {
+        let mut status = status;
+        status.send(&Report::Failed("the sandbox init is not single-threaded".into()));
+        return exit::FAILURE;
+    };
+    let job = Job { listen_fds, command: start.command, env: start.env, single };
     // runws forked this process straight into a new PID namespace: it is
     // PID 1 already, and runws, its parent, reads the command's status from
     // the report pipe. Otherwise it is the outer init, which makes PID 1.
@@ -189,6 +194,7 @@ struct Job {
     listen_fds: i32,
     command: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    single: SingleThreaded,
 }
 
 /// One namespace step of an init: its result when it was taken (or, with
@@ -248,14 +254,13 @@ fn outer(
         Ok(p) => p,
         Err(e) => return Err((status, Refused::new("PID namespace", format!("pipe: {e}")))),
     };
-    // SAFETY: this process is single-threaded (the init never starts a thread), so the child may do anything after the fork.
-    match unsafe { nix::unistd::fork() } {
+    match sys::proc::fork(&job.single) {
         Err(e) => Err((status, Refused::new("PID namespace", format!("fork: {e}")))),
-        Ok(ForkResult::Child) => {
+        Ok(Forked::Child(_)) => {
             drop(report_r);
             Ok(pid1(plan, status, report_w, notify, &entered, me, job))
         }
-        Ok(ForkResult::Parent { child }) => {
+        Ok(Forked::Parent(child)) => {
             // Only PID 1 writes runws's report: its end of file, should
             // PID 1 die first, is then PID 1's.
             drop((report_w, status, notify));
@@ -285,49 +290,32 @@ fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result
     Ok(pid1(plan, status, report, None, &entered, 0, job))
 }
 
-fn wait_raw(pid: i32) -> Option<(i32, i32)> {
-    let mut st = 0;
-    loop {
-        // SAFETY: waitpid writes the status into our local.
-        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
-        if r >= 0 {
-            return Some((r, st));
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return None;
-        }
-    }
+/// Waits for child `pid` (any child with `None`): its pid and raw status.
+fn wait_raw(pid: Option<i32>) -> Option<(i32, i32)> {
+    sys::proc::wait_raw(pid, true).ok().flatten()
 }
 
 /// The outer init: waits for PID 1 and ends as the command ended.
 fn relay(pid1: i32, report: OwnedFd) -> u8 {
-    let st = wait_raw(pid1).map(|(_, st)| st);
+    let st = wait_raw(Some(pid1)).map(|(_, st)| st);
     let mut buf = [0u8; 4];
     let command = match std::fs::File::from(report).read_exact(&mut buf) {
         Ok(()) => Some(i32::from_ne_bytes(buf)),
         Err(_) => st,
     };
-    match command {
-        Some(raw) if libc::WIFSIGNALED(raw) => die_by(libc::WTERMSIG(raw)),
-        Some(raw) if libc::WIFEXITED(raw) => libc::WEXITSTATUS(raw) as u8,
-        _ => exit::FAILURE,
+    match command.map(Termination::from_raw) {
+        Some(Termination::Signaled(sig)) => die_by(sig),
+        Some(ended) => ended.exit_code(),
+        None => exit::FAILURE,
     }
 }
 
 /// Ends this process with `sig`, as the command ended, without a core dump.
 fn die_by(sig: i32) -> u8 {
-    // SAFETY: prctl, signal, sigprocmask and raise on our own process with valid arguments; a default disposition ends the process here.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        libc::signal(sig, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
-    }
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    sys::proc::raise_with_default(sig);
     // A signal whose default is to be ignored does not end a process.
-    exit::from_signal(sig)
+    Termination::Signaled(sig).exit_code()
 }
 
 /// PID 1 of the new namespace.
@@ -356,13 +344,12 @@ fn pid1(
                 return exit::FAILURE;
             }
         };
-        // SAFETY: single-threaded process; see `outer`.
-        match unsafe { nix::unistd::fork() } {
-            Ok(ForkResult::Child) => {
+        match sys::proc::fork(&job.single) {
+            Ok(Forked::Child(_)) => {
                 drop(go_w);
                 exec_command(plan, status, None, job, Some(go_r))
             }
-            Ok(ForkResult::Parent { child }) => early = Some((child.as_raw(), go_w)),
+            Ok(Forked::Parent(child)) => early = Some((child.as_raw(), go_w)),
             Err(e) => {
                 status.send(&Report::Failed(format!("cannot fork the command: {e}")));
                 return exit::FAILURE;
@@ -405,10 +392,9 @@ fn pid1(
             let _ = nix::unistd::write(&go, &[1]);
             child
         }
-        // SAFETY: single-threaded process; see `outer`.
-        None => match unsafe { nix::unistd::fork() } {
-            Ok(ForkResult::Child) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), job, None),
-            Ok(ForkResult::Parent { child }) => child.as_raw(),
+        None => match sys::proc::fork(&job.single) {
+            Ok(Forked::Child(_)) => exec_command(plan, status, staged.as_ref().map(|s| s.root()), job, None),
+            Ok(Forked::Parent(child)) => child.as_raw(),
             Err(e) => {
                 status.send(&Report::Failed(format!("cannot fork the command: {e}")));
                 return exit::FAILURE;
@@ -419,18 +405,17 @@ fn pid1(
     close_listen_fds(listen_fds);
     let mut command_status = None;
     while command_status.is_none() {
-        match wait_raw(-1) {
+        match wait_raw(None) {
             Some((pid, st)) if pid == child => command_status = Some(st),
             Some(_) => {}
             None => break,
         }
     }
     if nix::unistd::getpid().as_raw() == 1 {
-        // SAFETY: kill(-1) from PID 1 of our own namespace reaches only the processes of this run (never ourselves).
-        unsafe {
-            libc::kill(-1, libc::SIGKILL);
-        }
-        while wait_raw(-1).is_some() {}
+        // From PID 1 of our own namespace, -1 reaches only the processes of
+        // this run (never ourselves).
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-1), nix::sys::signal::Signal::SIGKILL);
+        while wait_raw(None).is_some() {}
     }
     if let Some(staged) = staged
         && let Err(e) = staged.finish(&plan.run_dir)
@@ -444,27 +429,29 @@ fn pid1(
     if let Some(n) = &notify {
         let _ = nix::unistd::write(n, &raw.to_ne_bytes());
     }
-    if libc::WIFSIGNALED(raw) { exit::from_signal(libc::WTERMSIG(raw)) } else { libc::WEXITSTATUS(raw) as u8 }
+    Termination::from_raw(raw).exit_code()
 }
 
 /// A new network namespace: the one runws made already (see
 /// [`Plan::net_fd`]), else a fresh one.
 fn enter_network(plan: &Plan) -> Result<(), Refused> {
     match plan.net_fd {
-        Some(fd) => {
-            // SAFETY: runws handed this descriptor to the init, which keeps it open (close-on-exec) until the command is executed.
-            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-            nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)
-                .map_err(|e| Refused::new("network namespace", format!("setns: {e}")))
-        }
+        // runws handed this descriptor to the init, which keeps it open
+        // (close-on-exec) until the command is executed.
+        Some(fd) => match sys::fd::borrow_inherited(fd) {
+            Some(fd) => nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| Refused::new("network namespace", format!("setns: {e}"))),
+            None => Err(Refused::new("network namespace", format!("descriptor {fd} is not open"))),
+        },
         None => ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace"),
     }
 }
 
 /// The user namespace a root command enters (see [`Plan::unprivileged`]).
 fn userns(plan: &Plan) -> Option<BorrowedFd<'_>> {
-    // SAFETY: runws handed this descriptor to the init, which keeps it open (close-on-exec) until the command is executed.
-    plan.unprivileged.map(|u| unsafe { BorrowedFd::borrow_raw(u.userns_fd) })
+    // runws handed this descriptor to the init, which keeps it open
+    // (close-on-exec) until the command is executed.
+    plan.unprivileged.and_then(|u| sys::fd::borrow_inherited(u.userns_fd))
 }
 
 fn cstr(bytes: &[u8]) -> Option<CString> {
@@ -477,18 +464,19 @@ fn cstr(bytes: &[u8]) -> Option<CString> {
 /// said why) before it goes on.
 fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job, go: Option<OwnedFd>) -> ! {
     let fail = |status: &mut Status, r: Report| -> ! {
-        let code = if matches!(r, Report::ExecFailed(_)) { exit::NOT_FOUND } else { exit::FAILURE };
+        let code = match r {
+            Report::ExecFailed(errno) => sys::proc::exec_errno_exit_code(errno),
+            _ => exit::FAILURE,
+        };
         status.send(&r);
-        // SAFETY: _exit skips the destructors and stdio buffers this forked copy shares with its parent.
-        unsafe { libc::_exit(code as i32) }
+        // _exit skips the destructors and stdio buffers this forked copy
+        // shares with its parent.
+        sys::proc::exit_now(i32::from(code))
     };
-    // SAFETY: resetting this process's own signal state before exec.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // This process's own signal state, reset before exec.
+    let empty = nix::sys::signal::SigSet::empty();
+    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&empty), None);
+    sys::proc::default_disposition(nix::sys::signal::Signal::SIGPIPE);
     // The filter refuses nothing the steps below make (setns, setgroups,
     // setresuid, capset, prctl, chdir, close_range), so it may come first.
     let mut filtered = false;
@@ -508,8 +496,8 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
             }
         };
         if went != Ok(1) {
-            // SAFETY: _exit, as in `fail`; PID 1 has reported the failure.
-            unsafe { libc::_exit(exit::FAILURE as i32) }
+            // As in `fail`; PID 1 has reported the failure.
+            sys::proc::exit_now(i32::from(exit::FAILURE))
         }
     }
     if let Some(root) = chroot

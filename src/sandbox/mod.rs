@@ -224,14 +224,7 @@ impl Setup {
             match report {
                 Report::Missing(m) => missing.push(m),
                 Report::Failed(why) => return Err(Error::Sandbox(why)),
-                Report::ExecFailed(errno) => {
-                    let source = std::io::Error::from_raw_os_error(errno);
-                    return Err(if errno == nix::libc::ENOENT {
-                        Error::CommandNotFound(self.program.display().to_string())
-                    } else {
-                        Error::CannotExecute { path: self.program.clone(), source }
-                    });
-                }
+                Report::ExecFailed(errno) => return Err(crate::child::exec_failed(&self.program, errno)),
             }
         }
         Ok(missing)
@@ -299,13 +292,9 @@ pub fn plan_file(plan: &Plan) -> Result<OwnedFd> {
     use std::io::{Seek, Write};
     let json =
         serde_json::to_vec(plan).map_err(|e| Error::Sandbox(format!("cannot encode the plan: {e}")))?;
-    // SAFETY: memfd_create with a static NUL-terminated name; the result is checked and owned at once.
-    let fd = unsafe { nix::libc::memfd_create(c"runws-plan".as_ptr(), nix::libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(Error::io("cannot create", "memfd", std::io::Error::last_os_error()));
-    }
-    // SAFETY: `fd` was just returned by memfd_create and nobody else owns it.
-    let mut f = std::fs::File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    let fd = rustix::fs::memfd_create(c"runws-plan", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| Error::io("cannot create", "memfd", e.into()))?;
+    let mut f = std::fs::File::from(fd);
     f.write_all(&json).and_then(|()| f.rewind()).map_err(|e| Error::io("cannot write", "memfd", e))?;
     Ok(OwnedFd::from(f))
 }

@@ -32,15 +32,17 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::libc;
 use nix::mount::MsFlags;
+use rustix::mount::OpenTreeFlags;
 use serde::{Deserialize, Serialize};
 
 use super::ns::Refused;
+use crate::sys;
 
 const P: &str = "read-only file system";
 
@@ -102,72 +104,36 @@ pub fn make_private() -> Result<(), Refused> {
 /// A detached copy of the tree at `path` (with everything mounted beneath).
 pub fn clone_tree(path: &Path) -> Result<OwnedFd, Refused> {
     let c = cpath(path)?;
-    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint;
-    // SAFETY: open_tree reads a NUL-terminated path we own; it returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(fail("cannot clone", path, io::Error::last_os_error()));
-    }
-    // SAFETY: the descriptor was just returned by the kernel and is ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let flags =
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE;
+    rustix::mount::open_tree(rustix::fs::CWD, c.as_c_str(), flags)
+        .map_err(|e| fail("cannot clone", path, e.into()))
 }
 
 /// A detached copy of `name` under the directory `dir` (which may be
 /// covered by a mount by now).
 fn clone_at(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
     let c = CString::new(name).map_err(|_| Refused::new(P, "a name with a NUL byte"))?;
-    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
-    // SAFETY: open_tree reads a NUL-terminated name we own, relative to a descriptor we own; it returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), c.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(fail("cannot clone", &Path::new("/dev").join(name), io::Error::last_os_error()));
-    }
-    // SAFETY: the descriptor was just returned by the kernel and is ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+    rustix::mount::open_tree(dir, c.as_c_str(), flags)
+        .map_err(|e| fail("cannot clone", &Path::new("/dev").join(name), e.into()))
 }
 
 /// Attaches a detached tree at `target`.
 pub fn attach(tree: &OwnedFd, target: &Path) -> Result<(), Refused> {
     let c = cpath(target)?;
-    let empty = c"";
-    // SAFETY: move_mount reads two NUL-terminated strings we own.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r < 0 {
-        return Err(fail("cannot mount onto", target, io::Error::last_os_error()));
-    }
-    Ok(())
+    let flags = rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
+    rustix::mount::move_mount(tree, c"", rustix::fs::CWD, c.as_c_str(), flags)
+        .map_err(|e| fail("cannot mount onto", target, e.into()))
 }
 
 /// Sets `set` and clears `clear` (`MOUNT_ATTR_*` bits) on the mount at
 /// `path`, and on every mount beneath it when `recursive`.
 pub fn set_attrs(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), Refused> {
     let c = cpath(path)?;
-    let attr = libc::mount_attr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: mount_setattr reads the path and the attribute struct we own, with its exact size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            flags as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        return Err(fail("cannot set the flags of", path, io::Error::last_os_error()));
-    }
-    Ok(())
+    sys::ns::mount_setattr(None, &c, flags, set, clear, None)
+        .map_err(|e| fail("cannot set the flags of", path, e))
 }
 
 /// Sets (or clears) `MOUNT_ATTR_RDONLY` on the mount at `path`, and on every
@@ -442,26 +408,9 @@ enum Prepared {
 /// gid 0 on disk is seen as that namespace's 0 (the command), and what the
 /// command creates is stored as 0.
 fn id_map(tree: &OwnedFd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Refused> {
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
     let flags = libc::AT_EMPTY_PATH | libc::AT_RECURSIVE;
-    // SAFETY: mount_setattr reads an empty NUL-terminated path and the attribute struct we own, with its exact size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            flags as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
+    let r = sys::ns::mount_setattr(Some(tree.as_fd()), c"", flags, libc::MOUNT_ATTR_IDMAP, 0, Some(userns));
+    if let Err(e) = r {
         return Err(Refused::new(
             "unprivileged uid",
             format!(

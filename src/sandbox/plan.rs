@@ -24,7 +24,7 @@
 //! refused with exit 125 instead of silently protecting nothing.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::child::{self, Spec};
@@ -101,7 +101,7 @@ fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
 /// The home directory of `uid`: from /etc/passwd, where name services look
 /// first, else from them (a directory service). Asked on runws's main thread
 /// only: the statically linked glibc loads its name-service modules at run
-/// time, which is unsafe from other threads.
+/// time, which is not safe from other threads.
 fn passwd_home(uid: u32) -> Option<PathBuf> {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     home_in(&passwd, uid).or_else(|| {
@@ -467,18 +467,16 @@ pub fn prepare(
     let (command, init_plan) = (spec.argv.clone(), plan.clone());
     spec.in_process = (uid == 0 && opts.kind == Kind::Sandbox).then(|| -> Box<dyn FnOnce() -> u8> {
         Box::new(move || {
-            // SAFETY: in the forked child, these descriptors are ours alone: the plan's copy is not needed, the status and report pipes are handed to the init.
-            let (status, report) = unsafe {
-                nix::libc::close(plan_raw);
-                (OwnedFd::from_raw_fd(status_raw), OwnedFd::from_raw_fd(report_raw))
+            // In the forked child these descriptors are the init's alone: the
+            // plan's copy is not needed, the status and report pipes are
+            // handed to it.
+            let _ = nix::unistd::close(plan_raw);
+            let (Some(status), report) =
+                (crate::sys::fd::claim_inherited(status_raw), crate::sys::fd::claim_inherited(report_raw))
+            else {
+                return crate::exit::FAILURE;
             };
-            super::init::run(super::init::Start {
-                status,
-                plan: init_plan,
-                command,
-                env,
-                report: Some(report),
-            })
+            super::init::run(super::init::Start { status, plan: init_plan, command, env, report })
         })
     });
     let original_program = std::mem::replace(&mut spec.program, exe.clone());

@@ -43,11 +43,10 @@
 //! with `PR_SET_NO_NEW_PRIVS` already set, in the command's process right
 //! before `execve`; every process the command starts inherits it.
 
-use std::io;
-
 use nix::libc;
 
 use super::ns::Refused;
+use crate::sys::ns::Insn;
 
 const P: &str = "system-call filter";
 
@@ -212,16 +211,6 @@ fn rules(abi: &Abi, allow_userns: bool) -> Vec<Rule> {
     // (and the user keyring linked to it) would be readable.
     out.extend(abi.keys.iter().map(|&nr| Always(nr, eperm)));
     out
-}
-
-/// One classic-BPF instruction, as `struct sock_filter`.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Insn {
-    code: u16,
-    jt: u8,
-    jf: u8,
-    k: u32,
 }
 
 const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -439,26 +428,8 @@ pub fn install(allow_userns: bool) -> Result<(), Refused> {
         return Err(Refused::new(P, "no filter is defined for this architecture"));
     }
     let prog = program(allow_userns);
-    #[repr(C)]
-    struct Fprog {
-        len: u16,
-        filter: *const Insn,
-    }
-    let fprog = Fprog { len: prog.len() as u16, filter: prog.as_ptr() };
-    // SAFETY: prctl reads `fprog` and the instructions it points to, both alive for the call; the kernel copies them.
-    let r = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-            &fprog as *const Fprog,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if r < 0 {
-        return Err(Refused::new(P, format!("prctl(PR_SET_SECCOMP): {}", io::Error::last_os_error())));
-    }
-    Ok(())
+    crate::sys::ns::install_seccomp_filter(&prog)
+        .map_err(|e| Refused::new(P, format!("prctl(PR_SET_SECCOMP): {e}")))
 }
 
 #[cfg(test)]

@@ -1,4 +1,8 @@
 //! Integration tests: every test drives the real `runws` binary.
+// Some tests act as the command would, through raw system calls (a seccomp
+// filter installed before exec, a byte-range lock); runws's own `unsafe`
+// stays in its `sys` module.
+#![allow(unsafe_code)]
 
 mod harness;
 
@@ -38,5 +42,6 @@ mod sandbox_lease;
 mod scan_archives;
 mod scan_recall;
 mod seal;
+mod source_rules;
 mod untrusted_manifest;
 mod worktree;

@@ -540,3 +540,26 @@ fn without_user_namespaces_the_run_is_refused_or_runs_with_try_and_records_why()
         .collect();
     assert!(missing.contains(&"user namespace") && missing.contains(&"mount namespace"), "{missing:?}");
 }
+
+/// A sandboxed command that dies of a signal, a real-time one included,
+/// ends the run as a plain run does: 128+N, and the manifest names the
+/// signal (as root, PID 1 reports the status; as `nobody`, the outer init
+/// dies of the same signal).
+#[test]
+fn a_command_killed_by_any_signal_ends_a_sandboxed_run_as_128_plus_n() {
+    for who in everyone() {
+        if skip(who, "a_command_killed_by_any_signal_ends_a_sandboxed_run_as_128_plus_n") {
+            continue;
+        }
+        let env = Env::new();
+        for (sig, id) in [(9, "kill"), (10, "usr1"), (40, "realtime")] {
+            let script = format!("kill -{sig} $$");
+            let args = ["run", "--sandbox", "--run-id", id, "--", "sh", "-c", &script];
+            let out = Out::from(runws_as(&env, who, &args).output_retrying());
+            out.code(128 + sig);
+            assert_eq!(env.manifest(id)["signal"], sig, "as {who:?}");
+        }
+        let out = Out::from(runws_as(&env, who, &["run", "--", "sh", "-c", "kill -40 $$"]).output_retrying());
+        out.code(168);
+    }
+}

@@ -8,16 +8,16 @@ use crate::error::Error;
 use crate::exit;
 use crate::fsx::Reserved;
 use crate::manifest::{self, Manifest, Owner, Status};
+use crate::sys::proc::Termination;
 use crate::workspace::RunDir;
 
 /// The exit status runws reports for how the command ended.
 pub(super) fn exit_code(o: &Outcome) -> u8 {
-    if o.timed_out {
-        exit::TIMED_OUT
-    } else if let Some(sig) = o.signal {
-        exit::from_signal(sig)
-    } else {
-        o.exit_code.unwrap_or(exit::FAILURE as i32).clamp(0, 255) as u8
+    match (o.timed_out, o.signal, o.exit_code) {
+        (true, ..) => exit::TIMED_OUT,
+        (false, Some(sig), _) => Termination::Signaled(sig).exit_code(),
+        (false, None, Some(code)) => Termination::Exited(code).exit_code(),
+        (false, None, None) => exit::FAILURE,
     }
 }
 

@@ -575,8 +575,9 @@ fn prepare(
 /// True when runws owns the terminal on stdin: the command is then made the
 /// terminal's foreground group, so it can read the terminal and gets ^C.
 fn foreground() -> bool {
-    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
-    unsafe { nix::libc::isatty(0) == 1 && nix::libc::tcgetpgrp(0) == nix::libc::getpgrp() }
+    let stdin = std::io::stdin();
+    rustix::termios::isatty(&stdin)
+        && rustix::termios::tcgetpgrp(&stdin).is_ok_and(|group| group == rustix::process::getpgrp())
 }
 
 /// Takes the terminal back after the command's group held it. SIGTTOU is
@@ -585,10 +586,7 @@ fn foreground() -> bool {
 const RENEW_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 fn restore_foreground(modes: Option<&nix::sys::termios::Termios>) {
-    // SAFETY: tcsetpgrp on stdin with our own process group.
-    unsafe {
-        nix::libc::tcsetpgrp(0, nix::libc::getpgrp());
-    }
+    let _ = rustix::termios::tcsetpgrp(std::io::stdin(), rustix::process::getpgrp());
     if let Some(modes) = modes {
         let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSADRAIN, modes);
     }

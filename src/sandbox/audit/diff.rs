@@ -8,10 +8,8 @@
 //! file copied up only because it was opened for writing or touched is
 //! reported as changed with `times`: the tool reached for it.
 
-use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
@@ -35,13 +33,10 @@ fn lower_stat(lower: &OwnedFd, rel: &Path) -> Option<FileStat> {
 }
 
 fn opaque(path: &Path) -> bool {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return false };
     ["trusted.overlay.opaque", "user.overlay.opaque"].iter().any(|name| {
-        let Ok(n) = CString::new(*name) else { return false };
         let mut v = [0u8; 2];
-        // SAFETY: lgetxattr writes at most v.len() bytes into our buffer.
-        let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        r == 1 && v[0] == b'y'
+        let r = rustix::fs::lgetxattr(path, *name, &mut v[..]);
+        r == Ok(1) && v[0] == b'y'
     })
 }
 

@@ -11,94 +11,234 @@
 //! child reads alive until the child has ended ([`Shared`]).
 //!
 //! The same steps serve a forked child (the sandbox init that runs in
-//! process), where they are merely careful.
+//! process, and architectures without the direct system calls), where they
+//! are merely careful: runws may have other threads, so until `execve` the
+//! child makes only async-signal-safe calls.
 
-use std::ffi::c_void;
-use std::os::fd::RawFd;
+use std::ffi::{CString, c_void};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 use nix::libc;
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
-/// Everything the child reads, as raw pointers into buffers that outlive it.
-pub(super) struct Launch {
-    pub program: *const libc::c_char,
-    pub argv: *const *const libc::c_char,
-    pub envp: *const *const libc::c_char,
-    pub cwd: *const libc::c_char,
-    pub gate: RawFd,
+use super::proc::SingleThreaded;
+use super::raw as sys;
+
+/// What the child executes: the program, its arguments and environment,
+/// and where it starts.
+pub struct Image {
+    pub program: CString,
+    pub argv: Vec<CString>,
+    pub env: Vec<CString>,
+    pub cwd: CString,
+    /// Adds `LISTEN_PID=` with the child's own pid to the environment.
+    pub listen_pid: bool,
+}
+
+/// The descriptors the child places or keeps. runws's copies may be closed
+/// once [`start`] has returned: the child has its own.
+pub struct Descriptors<'a> {
+    /// The gate's read end: the child waits for a byte on it.
+    pub gate: BorrowedFd<'a>,
     /// runws's end of the gate: the child closes its own copy of it, so
     /// that the gate reads end-of-file once runws has closed it or died.
-    pub gate_writer: RawFd,
-    pub errors: RawFd,
-    pub stdout: Option<RawFd>,
-    pub stderr: Option<RawFd>,
-    /// Placed at 3, 4, ...
-    pub listen: *const RawFd,
-    pub listen_len: usize,
-    /// Inherited at their own numbers.
-    pub keep: *const RawFd,
-    pub keep_len: usize,
+    pub gate_writer: BorrowedFd<'a>,
+    /// Close-on-exec; the child writes an `execve` errno on it.
+    pub errors: BorrowedFd<'a>,
+    pub stdout: Option<BorrowedFd<'a>>,
+    pub stderr: Option<BorrowedFd<'a>>,
+    /// Placed at 3, 4, ... Each must be above the last of these numbers
+    /// (runws keeps its own at 64 and up).
+    pub listen: Vec<BorrowedFd<'a>>,
+    /// Inherited at their own numbers (close-on-exec cleared in the child).
+    pub keep: Vec<BorrowedFd<'a>>,
+}
+
+/// runws code the forked child runs instead of executing the program; its
+/// result is the child's exit code.
+pub struct InProcess<'a> {
+    pub run: Box<dyn FnOnce() -> u8>,
+    /// Descriptors only `run` uses: close-on-exec cleared for it.
+    pub keep: Vec<RawFd>,
+    /// The child may run any code only when runws has a single thread.
+    pub single: &'a SingleThreaded,
+}
+
+/// Everything the child reads, as raw pointers into buffers that outlive it.
+struct Launch {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    gate: RawFd,
+    gate_writer: RawFd,
+    errors: RawFd,
+    stdout: Option<RawFd>,
+    stderr: Option<RawFd>,
+    listen: *const RawFd,
+    listen_len: usize,
+    keep: *const RawFd,
+    keep_len: usize,
     /// Where the child writes its pid, NUL-terminated (LISTEN_PID's value).
-    pub listen_pid: Option<*mut u8>,
-    pub foreground: bool,
+    listen_pid: Option<*mut u8>,
+    foreground: bool,
     /// Die with runws. Set before the gate, so that a runws gone before
     /// that shows as the gate's end of file instead (the child holds no
     /// copy of the gate's write end).
-    pub die_with_parent: bool,
+    die_with_parent: bool,
 }
 
-/// A system call with up to four arguments; a negative result is `-errno`.
-///
-/// # Safety
-/// As for the call made: the arguments must be what the kernel expects.
-#[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
-    let ret: isize;
-    // SAFETY: the caller's contract; `syscall` clobbers rcx and r11 only.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") n as isize => ret,
-            in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        );
+/// The buffers a [`Launch`] points into. Moving a `Vec` or `CString` does
+/// not move its heap bytes, which the pointers name.
+struct Buffers {
+    _image: Image,
+    _argv: Vec<*const libc::c_char>,
+    _envp: Vec<*const libc::c_char>,
+    _listen_pid: Vec<u8>,
+    _listen: Vec<RawFd>,
+    _keep: Vec<RawFd>,
+}
+
+/// Whether this architecture starts children with `clone(CLONE_VM)`; the
+/// others fork.
+const SHARED_MEMORY_START: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// Creates the child, which stops at the gate: it makes its group (or
+/// session), places its descriptors, enters its directory, and waits for a
+/// byte on `fds.gate`; then it executes `image` or, forked, runs
+/// `in_process`. Returns its pid and, when it shares runws's memory, what
+/// must outlive it.
+pub fn start(
+    image: Image,
+    fds: &Descriptors<'_>,
+    foreground: bool,
+    in_process: Option<InProcess<'_>>,
+) -> std::io::Result<(Pid, Option<Shared>)> {
+    let mut argv: Vec<*const libc::c_char> = image.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // LISTEN_PID must name the child, known only once it exists: the child
+    // writes its pid into this preallocated buffer.
+    let mut listen_pid: Vec<u8> = b"LISTEN_PID=".to_vec();
+    let pid_offset = listen_pid.len();
+    listen_pid.resize(pid_offset + 24, 0);
+    let mut envp: Vec<*const libc::c_char> = image.env.iter().map(|e| e.as_ptr()).collect();
+    if image.listen_pid {
+        envp.push(listen_pid.as_ptr() as *const libc::c_char);
     }
-    ret
-}
-
-/// A system call with up to four arguments; a negative result is `-errno`.
-///
-/// # Safety
-/// As for the call made: the arguments must be what the kernel expects.
-#[cfg(target_arch = "aarch64")]
-pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
-    let ret: isize;
-    // SAFETY: the caller's contract; `svc 0` returns in x0 and clobbers nothing else.
-    unsafe {
-        std::arch::asm!(
-            "svc 0",
-            in("x8") n,
-            inlateout("x0") a as isize => ret,
-            in("x1") b, in("x2") c, in("x3") d,
-            options(nostack),
-        );
+    envp.push(std::ptr::null());
+    let listen: Vec<RawFd> = fds.listen.iter().map(|f| f.as_raw_fd()).collect();
+    let keep: Vec<RawFd> = fds.keep.iter().map(|f| f.as_raw_fd()).collect();
+    let launch = Box::new(Launch {
+        program: image.program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: image.cwd.as_ptr(),
+        gate: fds.gate.as_raw_fd(),
+        gate_writer: fds.gate_writer.as_raw_fd(),
+        errors: fds.errors.as_raw_fd(),
+        stdout: fds.stdout.map(|f| f.as_raw_fd()),
+        stderr: fds.stderr.map(|f| f.as_raw_fd()),
+        listen: listen.as_ptr(),
+        listen_len: listen.len(),
+        keep: keep.as_ptr(),
+        keep_len: keep.len(),
+        // Within the buffer, which has 24 bytes after the offset.
+        listen_pid: image.listen_pid.then(|| listen_pid[pid_offset..].as_mut_ptr()),
+        foreground,
+        die_with_parent: in_process.is_some(),
+    });
+    let held = Buffers {
+        _image: image,
+        _argv: argv,
+        _envp: envp,
+        _listen_pid: listen_pid,
+        _listen: listen,
+        _keep: keep,
+    };
+    match in_process {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        None if SHARED_MEMORY_START => {
+            let (pid, shared) = clone_vm(launch, held)?;
+            Ok((pid, Some(shared)))
+        }
+        in_process => {
+            // SAFETY: the child makes only direct system calls on the Launch (prepare, exec), its own copy of runws's memory, until it executes; or, with `in_process`, runs any code, which `single` allows: runws has one thread, so no lock can be held by a thread the child lacks.
+            match unsafe { nix::unistd::fork() }? {
+                nix::unistd::ForkResult::Child => child_after_fork(&launch, in_process),
+                nix::unistd::ForkResult::Parent { child } => {
+                    drop(held);
+                    Ok((child, None))
+                }
+            }
+        }
     }
-    ret
 }
 
-/// A system call through libc, on architectures without the direct form
-/// above; they start children with `fork` only, where errno is the child's.
-///
-/// # Safety
-/// As for the call made.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(crate) unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let r = libc::syscall(n, a, b, c, d);
-        if r < 0 { -(*libc::__errno_location() as isize) } else { r as isize }
+/// Runs in the forked child. Never returns.
+fn child_after_fork(l: &Launch, in_process: Option<InProcess<'_>>) -> ! {
+    // SAFETY: a forked child with `l` built by `start` in the memory it copied.
+    unsafe { prepare(l) };
+    let Some(InProcess { run, keep, single }) = in_process else {
+        // SAFETY: as above, after `prepare`.
+        unsafe { exec(l) }
+    };
+    // What lets `run` do anything here: runws had one thread at the fork.
+    let _: &SingleThreaded = single;
+    // No exec closes runws's close-on-exec descriptors: close them here, so
+    // the child holds exactly what an exec would have kept (and what the
+    // init alone needs).
+    for fd in keep {
+        // SAFETY: F_SETFD with 0 only clears a flag; on a closed number it fails with EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    }
+    close_on_exec_now();
+    hide_command_line_and_environment();
+    // A panic must end this child here: unwinding would run runws's own
+    // destructors (its lease, its files) in a copy of runws.
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(crate::exit::FAILURE);
+    super::proc::exit_now(i32::from(code))
+}
+
+/// Closes every descriptor marked close-on-exec, as an exec would. Only in
+/// a child forked for `InProcess`, which uses none of runws's descriptors
+/// beyond those it keeps.
+fn close_on_exec_now() {
+    // The open descriptors, listed (collected first: the listing's own
+    // descriptor closes with it); else every number below the limit.
+    let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect(),
+        Err(_) => {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            (0..limit.current.unwrap_or(1 << 20).min(1 << 20) as RawFd).collect()
+        }
+    };
+    for fd in fds {
+        // SAFETY: F_GETFD on a closed number just fails; a descriptor closed here is owned by runws's memory, which this child abandons (it never returns to it).
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC != 0 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Blanks the command line and environment strings this child inherited
+/// from runws (what /proc/PID/cmdline and /proc/PID/environ show of it), so
+/// the init shows neither runws's arguments (a store URL with a password)
+/// nor its environment to the sandbox. Nothing in the child reads them: the
+/// init is handed what it needs.
+fn hide_command_line_and_environment() {
+    let Some((args, env)) = crate::procinfo::own_arg_and_env_ranges() else { return };
+    for (range, name) in [(args, &b"runws-sandbox-init"[..]), (env, &b""[..])] {
+        let (start, end) = range;
+        if start != 0 && end > start && end - start < (1 << 24) {
+            // SAFETY: the kernel's own record of this process's argument and environment strings, in its stack, writable, and read by nothing in this child.
+            unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+            let n = name.len().min(end - start - 1);
+            // SAFETY: within the range just cleared.
+            unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), start as *mut u8, n) };
+        }
     }
 }
 
@@ -156,10 +296,6 @@ unsafe fn unblock_signals() {
     }
 }
 
-/// Whether this architecture starts children with `clone(CLONE_VM)`; the
-/// others fork.
-pub(super) const SHARED_MEMORY_START: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
-
 /// Reports `errno` on the error pipe and ends the child.
 ///
 /// # Safety
@@ -191,11 +327,9 @@ fn unreachable_end() -> ! {
 ///
 /// # Safety
 /// Only in a child created by [`clone_vm`] or `fork`, with `l`'s pointers
-/// valid.
-pub(super) unsafe fn prepare(l: &Launch) {
-    // Direct system calls on descriptors and buffers prepared before the
-    // child was created.
-    // SAFETY (whole function): see the contract.
+/// valid in it.
+unsafe fn prepare(l: &Launch) {
+    // SAFETY: the whole body makes direct system calls on descriptors and buffers prepared before the child was created, which the contract keeps valid; it writes only its own stack and the LISTEN_PID buffer.
     unsafe {
         let check = |r: isize| {
             if r < 0 {
@@ -281,7 +415,7 @@ pub(super) unsafe fn prepare(l: &Launch) {
 ///
 /// # Safety
 /// As for [`prepare`], after it.
-pub(super) unsafe fn exec(l: &Launch) -> ! {
+unsafe fn exec(l: &Launch) -> ! {
     // SAFETY: see the contract; execve reads the NUL-terminated arrays built before the child was created.
     unsafe {
         let r = sys(libc::SYS_execve, l.program as usize, l.argv as usize, l.envp as usize, 0);
@@ -302,23 +436,27 @@ extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
 /// What a child created by [`clone_vm`] may still be reading: its stack, its
 /// [`Launch`] and the buffers behind it. Freed once the child has ended;
 /// left to the end of runws when dropped while it may still run.
-pub(super) struct Shared {
+pub struct Shared {
     pid: Pid,
     stack: *mut c_void,
     stack_len: usize,
     /// From `Box::into_raw`: the child reads through it, so no `Box` (which
     /// would claim it alone) exists until the child has ended.
     launch: *mut Launch,
-    held: Option<Box<dyn std::any::Any>>,
+    held: Option<Buffers>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let ended = match waitid(Id::Pid(self.pid), flags) {
-            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => true,
-            Err(nix::errno::Errno::ECHILD) => true, // reaped already
-            _ => false,
+        use rustix::process::{WaitId, WaitIdOptions};
+        let flags = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let ended = match rustix::process::Pid::from_raw(self.pid.as_raw()) {
+            Some(pid) => match rustix::process::waitid(WaitId::Pid(pid), flags) {
+                Ok(status) => status.is_some(),
+                Err(rustix::io::Errno::CHILD) => true, // reaped already
+                Err(_) => false,
+            },
+            None => false,
         };
         if ended {
             // SAFETY: the mapping and the Launch made by clone_vm, used by no one now that the child ended.
@@ -336,16 +474,9 @@ const STACK_LEN: usize = 256 * 1024;
 const GUARD_LEN: usize = 4096;
 
 /// Creates the child in runws's memory; it runs [`prepare`] and [`exec`] on
-/// `launch`. `held` owns every buffer `launch` points into.
-///
-/// # Safety
-/// `launch`'s pointers must point into `held` (or into memory that lives as
-/// long as runws), and nothing may change those buffers afterwards.
+/// `launch`, whose pointers point into `held` (kept until the child ended).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(super) unsafe fn clone_vm(
-    launch: Box<Launch>,
-    held: Box<dyn std::any::Any>,
-) -> std::io::Result<(Pid, Shared)> {
+fn clone_vm(launch: Box<Launch>, held: Buffers) -> std::io::Result<(Pid, Shared)> {
     // Its lowest page stays inaccessible as a guard, so an overflow faults
     // instead of writing into runws's memory.
     // SAFETY: a fresh private mapping.

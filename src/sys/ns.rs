@@ -1,0 +1,203 @@
+//! The sandbox's kernel interfaces that neither `nix` nor `rustix` wraps:
+//! namespace helpers created with `clone`, `mount_setattr`, the seccomp
+//! filter, interface flags and `close_range`.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::libc;
+use nix::unistd::Pid;
+
+use super::raw as sys;
+
+/// Starts a helper child that shares runws's memory (`CLONE_VM`, plus
+/// `flags`) and runs `entry(arg)` on a small stack of its own, with every
+/// signal blocked (only SIGKILL ends it). Creating it copies no page
+/// tables. runws may have other threads: `entry` must touch nothing they
+/// use (its own stack only, and direct system calls, which leave runws's
+/// `errno` alone). The stack is never unmapped, as the helper is never
+/// waited for on runws's path: nothing else may ever be placed where it
+/// might still run. Used at most twice per runws process.
+fn start_helper(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: usize,
+    flags: libc::c_int,
+) -> io::Result<Pid> {
+    const STACK: usize = 64 * 1024;
+    // SAFETY: a fresh private mapping for the helper's stack.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the top of the mapping (page aligned); the helper runs only `entry`, on that stack, with its own descriptor table, directory and signal handlers (no CLONE_FILES, CLONE_FS or CLONE_SIGHAND), and the mask set around the clone, which blocks every signal.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let top = (stack as *mut u8).add(STACK) as *mut libc::c_void;
+        let pid = libc::clone(entry, top, libc::CLONE_VM | libc::SIGCHLD | flags, arg as *mut libc::c_void);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        pid
+    };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: our own mapping; no helper runs on it.
+        unsafe { libc::munmap(stack, STACK) };
+        return Err(e);
+    }
+    Ok(Pid::from_raw(pid))
+}
+
+/// A helper's whole life: wait for the SIGKILL.
+extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
+    loop {
+        // SAFETY: pause with no arguments, as a direct system call.
+        unsafe { sys(libc::SYS_pause, 0, 0, 0, 0) };
+    }
+}
+
+/// A helper (see [`start_helper`]) in a new user namespace, waiting to be
+/// killed: its parent writes its maps and opens its namespace meanwhile.
+pub fn user_namespace_helper() -> io::Result<Pid> {
+    start_helper(wait_for_the_end, 0, libc::CLONE_NEWUSER)
+}
+
+/// A helper (see [`start_helper`]) that enters a new network namespace,
+/// writes one byte on `ready` (1 when it did, 0 when the kernel refused)
+/// and waits to be killed. `ready` may be closed once this returned (the
+/// helper has its own copy).
+pub fn network_namespace_helper(ready: BorrowedFd<'_>) -> io::Result<Pid> {
+    extern "C" fn make(arg: *mut libc::c_void) -> libc::c_int {
+        let fd = arg as usize;
+        // SAFETY: direct system calls on this helper's own copy of the descriptor; the byte written lives on its stack.
+        unsafe {
+            let made = sys(libc::SYS_unshare, libc::CLONE_NEWNET as usize, 0, 0, 0) == 0;
+            let ok = u8::from(made);
+            sys(libc::SYS_write, fd, &ok as *const u8 as usize, 1, 0);
+            sys(libc::SYS_close, fd, 0, 0, 0);
+        }
+        wait_for_the_end(std::ptr::null_mut())
+    }
+    start_helper(make, ready.as_raw_fd() as usize, 0)
+}
+
+/// `mount_setattr(2)`: sets `set` and clears `clear` (`MOUNT_ATTR_*` bits)
+/// on the mount at `path` relative to `dir` (the current directory when
+/// `None`), with `flags` (`AT_RECURSIVE`, `AT_EMPTY_PATH`); with `userns`,
+/// the id map `MOUNT_ATTR_IDMAP` applies.
+pub fn mount_setattr(
+    dir: Option<BorrowedFd<'_>>,
+    path: &CStr,
+    flags: libc::c_int,
+    set: u64,
+    clear: u64,
+    userns: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let attr = libc::mount_attr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: userns.map_or(0, |fd| fd.as_raw_fd() as u64),
+    };
+    let dir = dir.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
+    // SAFETY: mount_setattr reads the NUL-terminated path and the attribute struct, both borrowed for the call, with the struct's exact size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dir,
+            path.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// One classic-BPF instruction, as `struct sock_filter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct Insn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+/// Installs `prog` as this process's seccomp filter (inherited by
+/// everything it executes). `PR_SET_NO_NEW_PRIVS` must already be set, or
+/// the kernel refuses (EACCES) unless the process has `CAP_SYS_ADMIN`.
+pub fn install_seccomp_filter(prog: &[Insn]) -> io::Result<()> {
+    let len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    #[repr(C)]
+    struct Fprog {
+        len: u16,
+        filter: *const Insn,
+    }
+    let fprog = Fprog { len, filter: prog.as_ptr() };
+    // SAFETY: prctl reads `fprog` and the `len` instructions it points to, both borrowed for the call; the kernel copies them.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            &fprog as *const Fprog,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Marks every descriptor from `first` up close-on-exec (`close_range`
+/// with `CLOSE_RANGE_CLOEXEC`: nothing is closed, so no owner is wronged).
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range with integer arguments and CLOSE_RANGE_CLOEXEC only sets a flag on this process's descriptors.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// An interface's request block, named `name` (at most 15 bytes).
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: ifreq is plain old data (a name and a union of integers and addresses); all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= req.ifr_name.len() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    for (slot, b) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = b as libc::c_char;
+    }
+    Ok(req)
+}
+
+/// The flags (`IFF_*`) of interface `name`, asked through socket `sock`.
+pub fn interface_flags(sock: &OwnedFd, name: &str) -> io::Result<libc::c_short> {
+    let mut req = ifreq(name)?;
+    // SAFETY: SIOCGIFFLAGS writes into the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFFLAGS filled the union's flags member.
+    Ok(unsafe { req.ifr_ifru.ifru_flags })
+}
+
+/// Sets the flags (`IFF_*`) of interface `name` through socket `sock`.
+pub fn set_interface_flags(sock: &OwnedFd, name: &str, flags: libc::c_short) -> io::Result<()> {
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_flags = flags;
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

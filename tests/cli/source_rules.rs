@@ -1,0 +1,49 @@
+//! Rules about runws's own source that its build alone does not show.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every `unsafe` of runws is in `src/sys`, behind safe functions: no other
+/// file so much as names it (Cargo.toml denies `unsafe_code` elsewhere, but
+/// an `#[allow]` would get past that).
+#[test]
+fn unsafe_code_lives_only_in_the_sys_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let sys = src.join("sys");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&sys)) {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if line.contains("unsafe") {
+                found.push(format!(
+                    "{}:{}: {}",
+                    file.strip_prefix(&src).unwrap().display(),
+                    i + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "`unsafe` outside src/sys:\n{}", found.join("\n"));
+    // And the lints that hold it so stay in place.
+    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("unsafe_code = \"deny\""), "Cargo.toml no longer denies unsafe_code");
+    assert!(
+        manifest.contains("undocumented_unsafe_blocks = \"deny\""),
+        "Cargo.toml no longer requires SAFETY comments"
+    );
+    let sys_root = std::fs::read_to_string(sys.join("mod.rs")).unwrap();
+    assert!(sys_root.contains("#![allow(unsafe_code)]"));
+}
