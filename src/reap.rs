@@ -871,8 +871,8 @@ fn reap_one(
 /// A run directory without a manifest: left by a runws killed before it
 /// wrote the first one (while it copied the inputs, say), or by a reaper
 /// killed while it removed the run. Removed whole once nothing live holds
-/// it: its lock is free (runws holds it while it makes the run) and the
-/// runws named in [`workspace::CREATING`] is gone (pid and start time).
+/// it: its lock is free (runws holds it from making the directory until
+/// the first manifest exists).
 fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
     let id = run.id.clone();
     let status = "no-manifest";
@@ -883,11 +883,6 @@ fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
         Err(Error::ManifestMissing { .. }) => {}
         // Written meanwhile: the next reap looks at it.
         _ => return report(&id, status, Action::Skipped, "its manifest appeared meanwhile"),
-    }
-    if let Some((pid, start)) = workspace::creator(&run.dir)
-        && procinfo::is_same_process(pid, start)
-    {
-        return report(&id, status, Action::Skipped, format!("being made: its runws process {pid} is alive"));
     }
     let reason = "no manifest, and the runws that made it is gone";
     if opts.dry_run {

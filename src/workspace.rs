@@ -22,10 +22,6 @@ pub const MANIFEST: &str = "manifest.json";
 /// by a runws that was killed, and then removed by the reaper.
 pub const FINAL_TEMP: &str = ".manifest.json.final";
 pub const MAX_RUN_ID: usize = 128;
-/// Names the runws making the run (`PID START_TIME`) until its first
-/// manifest exists; removed then.
-pub const CREATING: &str = ".creating";
-
 /// Checks a run id against `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`.
 pub fn check_run_id(id: &str) -> Result<()> {
     let bad = |why| Err(Error::InvalidRunId { id: id.escape_debug().to_string(), why });
@@ -144,10 +140,9 @@ pub struct RunDir {
     pub id: String,
     pub root: PathBuf,
     pub dir: Dir,
-    /// Held by the runws that made the directory until it starts the
-    /// command (then [`CREATING`] names it until the first manifest
-    /// exists): a directory without a manifest whose lock is free and whose
-    /// maker is gone was left by a runws that died first; `reap` removes it.
+    /// Held by the runws that made the directory until its first manifest
+    /// exists: a directory without a manifest whose lock is free was left
+    /// by a runws that died first; `reap` removes it.
     pub creating: Option<DirLock>,
 }
 
@@ -196,11 +191,8 @@ impl RunDir {
         Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
     }
 
-    /// Writes [`CREATING`] and makes the subdirectories of a new run.
+    /// Makes the subdirectories of a new run.
     fn fill(dir: &Dir) -> Result<()> {
-        let me = std::process::id() as i32;
-        let start = crate::procinfo::stat(me).map_or(0, |s| s.start_time);
-        dir.write_atomic_unsynced(CREATING, format!("{me} {start}\n").as_bytes(), 0o644)?;
         let umask = current_umask();
         for (name, mode) in [
             ("inputs", 0o755),
@@ -248,16 +240,6 @@ impl RunDir {
     pub fn sub(&self, name: &str) -> Result<Dir> {
         self.dir.sub(name)
     }
-}
-
-/// The runws a run directory without a manifest names in [`CREATING`]
-/// (pid, start time), when that file is there and well formed.
-pub fn creator(dir: &Dir) -> Option<(i32, u64)> {
-    let mut text = String::new();
-    let file = dir.open_read(CREATING).ok()??;
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text).ok()?;
-    let (pid, start) = text.trim().split_once(' ')?;
-    Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
 #[cfg(test)]

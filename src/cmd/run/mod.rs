@@ -225,9 +225,6 @@ fn run_in(
 
     // Fork, record the child, then let it exec.
     let bracket = procinfo::Bracket::open();
-    // The child (a sandbox's init runs without exec) must not inherit the
-    // creation lock; until the first manifest, CREATING names runws.
-    drop(run.creating.take());
     let paused = match child::spawn_paused(spec) {
         Ok(p) => p,
         Err(e) => return record_failure(&run, m, e, final_slot.take()),
@@ -247,7 +244,11 @@ fn run_in(
                 .with_context(|| format!("cannot record run `{id}`"));
         }
     };
-    let _ = run.dir.unlink(workspace::CREATING);
+    // The record names the run now: the creation lock goes. Dropping it
+    // unlocks the open file description, so a copy of the descriptor in a
+    // child that has not executed yet (a sandbox's init never does) holds
+    // nothing.
+    drop(run.creating.take());
     // From here on every write of runws's puts back the fields it owns: the
     // command may have edited the file (see [`manifest::Owner`]).
     let mut record = manifest::Owner::new(m);
