@@ -6,6 +6,7 @@ mod absurd_values;
 mod allow_import;
 mod audit;
 mod bad_input;
+mod build;
 mod cache;
 mod concurrency;
 mod environment;
