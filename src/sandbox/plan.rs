@@ -520,7 +520,7 @@ pub fn prepare(
     }
     let broker = broker::Server::bind(run)?;
     Ok(Setup {
-        cache_locks,
+        _cache_locks: cache_locks,
         kind: opts.kind,
         status: Some(status_r),
         report,
