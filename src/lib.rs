@@ -1,38 +1,39 @@
 //! runws: one execution, its own world.
 //!
-//! The binary's subcommands live in [`cli`] and `cmd`; the library modules
+//! The binary's subcommands live in `cli` and [`cmd`]; the library modules
 //! below hold the mechanisms, and [`guard`] is the public API a child uses
-//! from Rust.
+//! from Rust. Only what the binary, the examples and that API need is
+//! public, so code nothing uses is reported as dead.
 
-pub mod allowlist;
-pub mod cache;
-pub mod capture;
-pub mod child;
-pub mod cli;
+mod allowlist;
+mod cache;
+mod capture;
+mod child;
+mod cli;
 pub mod cmd;
-pub mod duration;
-pub mod envbuild;
+mod duration;
+mod envbuild;
 pub mod error;
 pub mod exit;
-pub mod fingerprint;
-pub mod fsx;
-pub mod git;
+mod fingerprint;
+mod fsx;
+mod git;
 pub mod guard;
-pub mod lane;
-pub mod leftovers;
+mod lane;
+mod leftovers;
 pub mod manifest;
-pub mod osname;
-pub mod pgroup;
-pub mod ports;
-pub mod procinfo;
-pub mod reap;
-pub mod restore;
-pub mod restores;
-pub mod sandbox;
-pub mod seal;
-pub mod shown;
-pub mod spool;
+mod osname;
+mod pgroup;
+mod ports;
+mod procinfo;
+mod reap;
+mod restore;
+mod restores;
+mod sandbox;
+mod seal;
+mod shown;
+mod spool;
 pub mod store;
 mod sys;
-pub mod workspace;
-pub mod worktree;
+mod workspace;
+mod worktree;

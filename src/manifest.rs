@@ -366,15 +366,15 @@ impl Manifest {
 }
 
 /// A time as the manifest writes it: RFC 3339, UTC, milliseconds.
-pub fn format_time(t: SystemTime) -> String {
+pub(crate) fn format_time(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-pub fn parse_time(s: &str) -> Option<SystemTime> {
+pub(crate) fn parse_time(s: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(s).ok()
 }
 
-pub fn now_plus(d: Duration) -> String {
+pub(crate) fn now_plus(d: Duration) -> String {
     format_time(SystemTime::now() + d)
 }
 
@@ -382,12 +382,12 @@ pub fn now_plus(d: Duration) -> String {
 ///
 /// A run's final record is durable in its temp file (`FINAL_TEMP`) before
 /// it is renamed over `manifest.json`, and runws does not wait for that
-/// rename to reach the disk (see [`update_reserved`]). So when
+/// rename to reach the disk (see [`Owner::update_reserved`]). So when
 /// `manifest.json` still says `running` (or is missing or unreadable) and
 /// the temp file holds a complete record of an ended run, that record is
 /// the run's: the machine stopped, or runws was killed, between the two.
 /// Under the lock, [`read_settled`] also moves it into place.
-pub fn read(dir: &Dir) -> Result<Manifest> {
+pub(crate) fn read(dir: &Dir) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
     if is_settled(&current) {
         return current;
@@ -404,7 +404,7 @@ pub fn read(dir: &Dir) -> Result<Manifest> {
 /// [`read`] for a holder of the run's lock: a final record left in its temp
 /// file is first renamed over `manifest.json` (durably), as the runws that
 /// wrote it would have, so the directory holds it where every tool looks.
-pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
+pub(crate) fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
     if is_settled(&current) {
         return current;
@@ -427,7 +427,7 @@ pub fn read_settled(dir: &Dir, _lock: &DirLock) -> Result<Manifest> {
 
 /// Settles the manifest (see [`read_settled`]) when it needs it, waiting at
 /// most `wait` for the lock; a manifest that needs nothing is not locked.
-pub fn settle(dir: &Dir, wait: std::time::Duration) -> Result<Manifest> {
+pub(crate) fn settle(dir: &Dir, wait: std::time::Duration) -> Result<Manifest> {
     let current = read_named(dir, MANIFEST);
     if is_settled(&current) {
         return current;
@@ -507,7 +507,7 @@ fn check_dir_name(m: &Manifest, dir: &Dir, path: &std::path::Path) -> Result<()>
 }
 
 /// Parses a manifest and checks every value in it (see [`Manifest::validate`]).
-pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
+pub(crate) fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
     let corrupt = |why: String| Error::ManifestCorrupt { path: path.to_path_buf(), why };
     let m: Manifest = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     if m.schema != SCHEMA {
@@ -518,7 +518,7 @@ pub fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
 }
 
 /// Writes a manifest (the first one, or one already under the lock).
-pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
+pub(crate) fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
     dir.write_atomic(MANIFEST, &m.to_json(), 0o644, durable)
 }
 
@@ -526,13 +526,13 @@ pub fn write(dir: &Dir, m: &Manifest, durable: bool) -> Result<()> {
 /// durable with [`crate::fsx::PendingSync::sync`] once the command is running, so the
 /// disk's latency overlaps the command instead of delaying it (see
 /// [`Dir::write_atomic_deferred`]).
-pub fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::PendingSync> {
+pub(crate) fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::PendingSync> {
     dir.write_atomic_deferred(MANIFEST, &m.to_json(), 0o644)
 }
 
 /// Like [`update`], but the new manifest is only renamed into place, not
 /// synced: the caller syncs the file system once after many updates.
-pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+pub(crate) fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
     let lock = dir.lock()?;
     let mut m = read_settled(dir, &lock)?;
     let value = change(&mut m)?;
@@ -542,7 +542,11 @@ pub fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Resul
 
 /// Read-modify-write under the run directory's lock. `change` sees the
 /// current manifest; when it returns an error nothing is written.
-pub fn update<T>(dir: &Dir, durable: bool, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
+pub(crate) fn update<T>(
+    dir: &Dir,
+    durable: bool,
+    change: impl FnOnce(&mut Manifest) -> Result<T>,
+) -> Result<T> {
     let lock = dir.lock()?;
     let mut m = read_settled(dir, &lock)?;
     // Room in the final record for what the change adds, before the change
@@ -570,13 +574,13 @@ pub const FINAL_ROOM: u64 = 128 << 10;
 /// its reserved space on a full disk: each list, and how many entries.
 pub const TRUNCATED: &str = "truncated";
 
-/// Creates the temp file of a later [`update_reserved`], with disk space
+/// Creates the temp file of a later [`Owner::update_reserved`], with disk space
 /// allocated for a record as large as `m` plus [`FINAL_ROOM`]: the end of
 /// the run is then recorded even when the command has filled the disk.
 /// The caller makes its directory entry durable with
 /// [`Reserved::sync_entry`], so that when the update comes (a run's final
 /// record) only the file itself remains to write and sync.
-pub fn reserve<'a>(dir: &'a Dir, m: &Manifest) -> Result<Reserved<'a>> {
+pub(crate) fn reserve<'a>(dir: &'a Dir, m: &Manifest) -> Result<Reserved<'a>> {
     let slot = dir.reserve_named(MANIFEST, FINAL_TEMP, 0o644)?;
     slot.allocate(m.to_json().len() as u64 + FINAL_ROOM)?;
     Ok(slot)
@@ -594,7 +598,12 @@ fn grow_reservation(dir: &Dir, len: usize) -> Result<()> {
 /// name, and a command without a sandbox can remove that name or put a
 /// directory there: then the record is written through a temp file of a
 /// fresh name, durably. Returns the bytes written, and whether they were cut.
-pub fn write_reserved(dir: &Dir, slot: Reserved<'_>, m: &Manifest, durable: bool) -> Result<(Vec<u8>, bool)> {
+pub(crate) fn write_reserved(
+    dir: &Dir,
+    slot: Reserved<'_>,
+    m: &Manifest,
+    durable: bool,
+) -> Result<(Vec<u8>, bool)> {
     let bytes = m.to_json();
     let mut cut = None;
     let reserved = slot.replace_fitting(durable, &bytes, |cap| {
@@ -618,7 +627,7 @@ pub fn write_reserved(dir: &Dir, slot: Reserved<'_>, m: &Manifest, durable: bool
 /// claims, refusals, restorations) lose entries from their ends, the
 /// largest list first, and the record says so under [`TRUNCATED`] (each
 /// list and how many entries went); then other fields not runws's own.
-pub fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
+pub(crate) fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
     let mut m = m.clone();
     let mut cut: std::collections::BTreeMap<String, u64> = Default::default();
     loop {
@@ -674,23 +683,4 @@ pub fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
         }
         *cut.entry(list.to_string()).or_default() += k as u64;
     }
-}
-
-/// [`update`], durable, through a temp file made by [`reserve`]: a run's
-/// final record. Durable with one flush instead of two: the temp file's
-/// entry reached the disk when it was reserved, so syncing the file makes
-/// the record durable under that name; the rename over `manifest.json`
-/// reaches the disk later, and until it does [`read`] takes the record
-/// from the temp file.
-pub fn update_reserved<T>(
-    dir: &Dir,
-    slot: Reserved<'_>,
-    change: impl FnOnce(&mut Manifest) -> Result<T>,
-) -> Result<T> {
-    let _lock = dir.lock()?;
-    // The temp file is this slot's own (still empty): no need to look at it.
-    let mut m = read_named(dir, MANIFEST)?;
-    let value = change(&mut m)?;
-    write_reserved(dir, slot, &m, false)?;
-    Ok(value)
 }

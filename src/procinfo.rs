@@ -103,12 +103,6 @@ pub fn is_same_process(pid: i32, start_time: u64) -> bool {
     pid > 0 && matches!(stat(pid), Some(s) if s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
 }
 
-/// True when the calling process descends from `ancestor`, which must
-/// still be the process that started at `start_time`.
-pub fn caller_belongs_to(ancestor: i32, start_time: u64) -> bool {
-    pid_belongs_to(std::process::id() as i32, ancestor, start_time)
-}
-
 /// True when process `pid` descends from `ancestor`, which must still be
 /// the process that started at `start_time`. Only descent counts: a
 /// process group can be joined by any process of the same session, a

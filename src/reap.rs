@@ -42,6 +42,12 @@ use crate::shown;
 use crate::workspace::{self, RunDir, SCRATCH};
 use crate::worktree::{self, NotOwned, Owned};
 
+/// The wait between SIGTERM and SIGKILL to a leftover process group,
+/// unless `--grace` says otherwise.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+/// [`DEFAULT_GRACE`] as `--help` shows it.
+pub const DEFAULT_GRACE_SHOWN: &str = "2s";
+
 pub struct Options {
     pub dry_run: bool,
     /// Remove whole finished or abandoned runs older than this.
@@ -61,7 +67,7 @@ impl Default for Options {
         Options {
             dry_run: false,
             keep: None,
-            grace: Duration::from_secs(2),
+            grace: DEFAULT_GRACE,
             lock_wait: Duration::from_secs(2),
             keep_branch: false,
             drop_unmerged: false,

@@ -30,10 +30,6 @@ impl Default for Spool {
 }
 
 impl Spool {
-    pub fn new() -> Spool {
-        Spool::default()
-    }
-
     /// A copy that holds at most `in_memory` bytes in memory: for a
     /// process serving many copies at once.
     pub fn within(in_memory: usize) -> Spool {
@@ -55,14 +51,9 @@ impl Spool {
     }
 }
 
-/// Reads `src` to its end, once, into a new copy; returns the copy with the
-/// length and sha256 (hex) of exactly the bytes it holds.
-pub fn read_hashed(src: &mut impl Read) -> io::Result<(Spool, u64, String)> {
-    read_hashed_within(src, IN_MEMORY)
-}
-
-/// [`read_hashed`] into a copy that holds at most `in_memory` bytes in
-/// memory.
+/// Reads `src` to its end, once, into a new copy that holds at most
+/// `in_memory` bytes in memory; returns the copy with the length and
+/// sha256 (hex) of exactly the bytes it holds.
 pub fn read_hashed_within(src: &mut impl Read, in_memory: usize) -> io::Result<(Spool, u64, String)> {
     let mut spool = Spool::within(in_memory);
     let (bytes, sha256) = crate::fingerprint::hash_reader(&mut Tee { src, copy: &mut spool })?;
@@ -116,7 +107,7 @@ mod tests {
     fn small_copies_stay_in_memory_and_large_ones_move_to_a_file_intact() {
         for len in [0, 10, IN_MEMORY, IN_MEMORY + 1, IN_MEMORY * 2 + 7] {
             let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            let mut spool = Spool::new();
+            let mut spool = Spool::default();
             for piece in data.chunks(1 << 20) {
                 spool.write_all(piece).unwrap();
             }
@@ -129,7 +120,7 @@ mod tests {
 
     #[test]
     fn read_hashed_returns_the_hash_of_what_it_holds() {
-        let (spool, bytes, sha) = read_hashed(&mut &b"abc"[..]).unwrap();
+        let (spool, bytes, sha) = read_hashed_within(&mut &b"abc"[..], IN_MEMORY).unwrap();
         assert_eq!(bytes, 3);
         assert_eq!(sha, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         let mut out = Vec::new();

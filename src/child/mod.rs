@@ -229,7 +229,7 @@ impl Paused {
     /// see [`Started::exec_error`]).
     pub fn open_gate(self, program: &Path) -> Result<Started> {
         nix::unistd::write(self.gate.as_fd(), &[1u8]).ctx("cannot start", program)?;
-        Ok(Started { pid: self.pid, errors: self.errors, _shared: self.shared })
+        Ok(Started { errors: self.errors, _shared: self.shared })
     }
 
     /// Gives up on the child before it ran: closing the gate ends it (and
@@ -245,17 +245,12 @@ impl Paused {
 
 /// A child past its gate: executing the program, or failing to.
 pub struct Started {
-    pid: Pid,
     errors: OwnedFd,
     /// Freed once the child has ended (see [`launch::Shared`]).
     _shared: Option<launch::Shared>,
 }
 
 impl Started {
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
     /// Call once the child has ended: why its `execve` failed, if it did
     /// (the child then ended without running the program). A missing
     /// program is 127, anything else 126.

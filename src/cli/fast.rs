@@ -14,7 +14,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Cli, Command, RunArgs, SealArgs};
+use super::{Cli, Command, RunArgs, SealArgs, defaults};
 use crate::duration;
 
 /// Parses `args` (with the program name first) when it is a plain `run`
@@ -75,7 +75,7 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "lease" => a.lease = Some(text(&mut words)?),
             "wait" => a.wait = dur(&mut words)?,
             "to" => a.seal_opts.to = Some(value(&mut words)?.into()),
-            "format" => a.seal_opts.format = one_of(&mut words, &["zst", "gz"])?,
+            "format" => a.seal_opts.format = one_of(&mut words, &crate::seal::archive::Format::NAMES)?,
             "include" => a.seal_opts.include.push(text(&mut words)?),
             "max-bytes" => a.seal_opts.max_bytes = duration::parse_size(&text(&mut words)?).ok()?,
             "max-files" => a.seal_opts.max_files = number(&mut words)?,
@@ -137,7 +137,8 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
     Some(Cli { store, root, command: Command::Run(Box::new(a)) })
 }
 
-/// `run`'s arguments as clap fills them when none is given.
+/// `run`'s arguments as clap fills them when none is given (a test holds
+/// the two to the same values).
 fn defaults() -> RunArgs {
     RunArgs {
         run_id: None,
@@ -145,30 +146,30 @@ fn defaults() -> RunArgs {
         env: Vec::new(),
         pass: Vec::new(),
         env_file: Vec::new(),
-        path: "/usr/local/bin:/usr/bin:/bin".into(),
-        ports: 1,
-        port_host: "127.0.0.1".into(),
+        path: defaults::PATH.into(),
+        ports: defaults::PORTS,
+        port_host: defaults::PORT_HOST.into(),
         listen: false,
         inputs: Vec::new(),
         fingerprint: None,
         allow_import: Vec::new(),
         timeout: None,
         kill_after: None,
-        lease_ttl: Duration::from_secs(60),
+        lease_ttl: defaults::LEASE_TTL,
         capture: false,
         worktree: None,
-        base: "HEAD".into(),
+        base: defaults::BASE.into(),
         cwd: None,
         lease: None,
-        wait: Duration::ZERO,
+        wait: defaults::LEASE_WAIT,
         seal: false,
         seal_opts: SealArgs {
             to: None,
-            format: "zst".into(),
+            format: crate::seal::DEFAULT_FORMAT_SHOWN.into(),
             include: Vec::new(),
             max_bytes: crate::seal::DEFAULT_MAX_BYTES,
             max_files: crate::seal::DEFAULT_MAX_FILES,
-            deadline: Duration::from_secs(90),
+            deadline: crate::seal::DEFAULT_DEADLINE,
             allow_unscanned: false,
         },
         sandbox: None,

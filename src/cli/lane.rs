@@ -121,7 +121,7 @@ lane directory without following symlinks.")]
         #[arg(long, value_name = "NAME")]
         resetter: String,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "2s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = crate::reap::DEFAULT_GRACE_SHOWN)]
         grace: std::time::Duration,
     },
 

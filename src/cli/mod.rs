@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod defaults;
 pub mod fast;
 mod lane;
 pub use lane::LaneCommand;
@@ -161,7 +162,7 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
         #[arg(long)]
         drop_unmerged: bool,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "2s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = crate::reap::DEFAULT_GRACE_SHOWN)]
         grace: std::time::Duration,
         #[arg(long)]
         json: bool,
@@ -324,9 +325,9 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
         /// Who holds it (default: HOST:PPID, the calling shell)
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
         ttl: std::time::Duration,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "0s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN)]
         wait: std::time::Duration,
     },
     /// Extend the lease the holder has; the token stays the same
@@ -338,7 +339,7 @@ the run's own lease for the command, for at most the run's --lease-ttl.")]
         /// Who holds it [default: the run's holder, inside `run --lease KEY`]
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
-        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
         ttl: std::time::Duration,
     },
     /// Give the lease up (only its holder can)
@@ -362,7 +363,7 @@ pub struct SealArgs {
     #[arg(long = "to", value_name = "DIR", id = "seal_to")]
     pub to: Option<PathBuf>,
     /// Archive format
-    #[arg(long, value_name = "FMT", default_value = "zst", value_parser = ["zst", "gz"])]
+    #[arg(long, value_name = "FMT", default_value = crate::seal::DEFAULT_FORMAT_SHOWN, value_parser = crate::seal::archive::Format::NAMES)]
     pub format: String,
     /// Also pack a scratch directory: home or cache (repeatable)
     #[arg(long = "include", value_name = "DIR")]
@@ -374,7 +375,7 @@ pub struct SealArgs {
     #[arg(long, value_name = "N", default_value_t = crate::seal::DEFAULT_MAX_FILES)]
     pub max_files: u64,
     /// Time for the seal and, if it fails, the quarantine together
-    #[arg(long, value_name = "DUR", default_value = "90s", value_parser = crate::duration::parse, allow_negative_numbers = true)]
+    #[arg(long, value_name = "DUR", default_value = crate::seal::DEFAULT_DEADLINE_SHOWN, value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub deadline: std::time::Duration,
     /// Seal even when a compressed file or archive member could not be
     /// scanned (over a budget, corrupt, encrypted, or a format the scan does
@@ -408,15 +409,15 @@ pub struct RunArgs {
     pub env_file: Vec<PathBuf>,
 
     /// PATH after the run's own bin/
-    #[arg(long, value_name = "DIRS", default_value = "/usr/local/bin:/usr/bin:/bin")]
+    #[arg(long, value_name = "DIRS", default_value = defaults::PATH)]
     pub path: String,
 
     /// How many kernel-assigned ports to reserve (PORT, PORT_1, ...)
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = defaults::PORTS)]
     pub ports: u16,
 
     /// Address the ports are bound on
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    #[arg(long, value_name = "ADDR", default_value = defaults::PORT_HOST)]
     pub port_host: String,
 
     /// Hand the bound, listening sockets to the command (fd 3 on, LISTEN_FDS; at most 60)
@@ -446,7 +447,7 @@ pub struct RunArgs {
     pub kill_after: Option<std::time::Duration>,
 
     /// How long the run's lease lasts (at least 30ms); runws renews it every third of this
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "60s")]
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
     pub lease_ttl: std::time::Duration,
 
     /// Also write the command's stdout and stderr to logs/
@@ -459,7 +460,7 @@ pub struct RunArgs {
     pub worktree: Option<PathBuf>,
 
     /// The commit the run's branch starts from
-    #[arg(long, value_name = "REF", default_value = "HEAD", requires = "worktree")]
+    #[arg(long, value_name = "REF", default_value = defaults::BASE, requires = "worktree")]
     pub base: String,
 
     /// The command's working directory (default: the run's work/)
@@ -471,7 +472,7 @@ pub struct RunArgs {
     pub lease: Option<String>,
 
     /// How long to wait for --lease
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "0s", requires = "lease")]
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN, requires = "lease")]
     pub wait: std::time::Duration,
 
     /// Seal the run after the command exits (see `runws seal --help`)

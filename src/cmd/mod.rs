@@ -1,14 +1,14 @@
 //! The command layer: one module per subcommand family. Commands use
 //! `anyhow` for context; the exit code comes from the library error inside.
 
-pub mod cache;
-pub mod guard;
-pub mod lane;
-pub mod lease;
-pub mod ls;
-pub mod reap;
-pub mod run;
-pub mod seal;
+mod cache;
+mod guard;
+mod lane;
+mod lease;
+mod ls;
+mod reap;
+mod run;
+mod seal;
 
 use clap::Parser;
 
@@ -70,7 +70,7 @@ fn one_line(text: &str) -> String {
 }
 
 /// Runs one parsed command line; returns the exit code on success.
-pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_deref();
     let store = cli.store.as_deref();
     match cli.command {
@@ -105,7 +105,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 /// The error and its causes on one line: a control character left in a
 /// message (a name a context did not escape, another tool's text) is
 /// escaped, so an error never forges a second line.
-pub fn render(err: &anyhow::Error) -> String {
+pub(crate) fn render(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
         let text = cause.to_string();
@@ -118,12 +118,12 @@ pub fn render(err: &anyhow::Error) -> String {
 }
 
 /// The exit code of the first runws error in the chain; 125 otherwise.
-pub fn exit_code(err: &anyhow::Error) -> u8 {
+pub(crate) fn exit_code(err: &anyhow::Error) -> u8 {
     err.chain().find_map(|e| e.downcast_ref::<Error>()).map(Error::exit_code).unwrap_or(exit::FAILURE)
 }
 
 /// A closed stdout (`runws ls | head`) is not an error.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
         e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             || matches!(e.downcast_ref::<Error>(), Some(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe)

@@ -15,7 +15,7 @@ use crate::workspace::{self, RunDir};
 pub fn options(a: &SealArgs) -> SealOptions {
     SealOptions {
         to: a.to.clone(),
-        format: if a.format == "gz" { Format::Gz } else { Format::Zst },
+        format: Format::named(&a.format).unwrap_or(crate::seal::DEFAULT_FORMAT),
         include: a.include.clone(),
         max_bytes: a.max_bytes,
         max_files: a.max_files,

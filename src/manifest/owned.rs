@@ -163,7 +163,11 @@ impl Owner {
     }
 
     /// [`Owner::update`] through a temp file made by [`super::reserve`]: the
-    /// run's final record (see [`super::update_reserved`]). A lock a process
+    /// run's final record, durable with one flush instead of two. The temp
+    /// file's entry reached the disk when it was reserved, so syncing the file
+    /// makes the record durable under that name; the rename over
+    /// `manifest.json` reaches the disk later, and until it does
+    /// [`super::read`] takes the record from the temp file. A lock a process
     /// left behind by the command still holds is waited for a while, then
     /// gone without: runws's fields are put back whatever the file holds, so
     /// the end is recorded all the same.

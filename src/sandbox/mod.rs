@@ -190,7 +190,7 @@ pub enum Report {
 /// The parent's side of a sandboxed run, from preparation to the end.
 pub struct Setup {
     /// Shared locks on the `--cache` directories, held until the run ends.
-    pub cache_locks: Vec<crate::cache::CacheLock>,
+    pub _cache_locks: Vec<crate::cache::CacheLock>,
     pub kind: Kind,
     status: Option<OwnedFd>,
     /// The command's wait status, from an init that runws forked as PID 1.

@@ -515,15 +515,3 @@ pub fn order(ops: &mut [MountOp]) {
 pub fn is_within(path: &Path, base: &Path) -> bool {
     path.starts_with(base)
 }
-
-/// The targets of `ops` that hide what is beneath them.
-pub fn hiding_targets(ops: &[MountOp]) -> Vec<PathBuf> {
-    ops.iter()
-        .filter_map(|op| match op {
-            MountOp::Tmpfs { target, .. } | MountOp::HideFile { target } | MountOp::Dev { target } => {
-                Some(target.clone())
-            }
-            MountOp::Bind { .. } | MountOp::Overlay { .. } => None,
-        })
-        .collect()
-}

@@ -100,8 +100,8 @@ fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
 
 /// The home directory of `uid`: from /etc/passwd, where name services look
 /// first, else from them (a directory service). Asked on runws's main thread
-/// only: the statically linked glibc loads its name-service modules at run
-/// time, which is not safe from other threads.
+/// only: a statically linked glibc (`cargo build-static`) loads its
+/// name-service modules at run time, which is unsafe from other threads.
 fn passwd_home(uid: u32) -> Option<PathBuf> {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     home_in(&passwd, uid).or_else(|| {
@@ -518,7 +518,7 @@ pub fn prepare(
     }
     let broker = broker::Server::bind(run)?;
     Ok(Setup {
-        cache_locks,
+        _cache_locks: cache_locks,
         kind: opts.kind,
         status: Some(status_r),
         report,

@@ -37,7 +37,6 @@ use sha2::Digest;
 
 pub use super::compress::Format;
 use super::compress::{Compressor, HashingWriter};
-pub use super::exclude::is_never_packed;
 use super::walk::{CHUNK, Packer};
 pub use super::walk::{Inspector, NoInspection, PackOptions};
 use crate::error::{Error, IoContext, Result};

@@ -48,11 +48,11 @@ impl Default for SealOptions {
     fn default() -> SealOptions {
         SealOptions {
             to: None,
-            format: Format::Zst,
+            format: super::DEFAULT_FORMAT,
             include: Vec::new(),
             max_bytes: super::DEFAULT_MAX_BYTES,
             max_files: super::DEFAULT_MAX_FILES,
-            deadline: Duration::from_secs(90),
+            deadline: super::DEFAULT_DEADLINE,
             allow_unscanned: false,
         }
     }

@@ -17,6 +17,18 @@ pub enum Format {
 }
 
 impl Format {
+    /// The names `--format` takes.
+    pub const NAMES: [&str; 2] = ["zst", "gz"];
+
+    /// The format `--format NAME` asks for.
+    pub fn named(name: &str) -> Option<Format> {
+        match name {
+            "zst" => Some(Format::Zst),
+            "gz" => Some(Format::Gz),
+            _ => None,
+        }
+    }
+
     /// The archive's file extension, without the leading dot.
     pub fn extension(self) -> &'static str {
         match self {

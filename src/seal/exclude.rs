@@ -10,7 +10,8 @@
 
 /// True when `rel_path` (relative to the run directory, `/`-separated) or any
 /// directory above it is on the never-packed list.
-pub fn is_never_packed(rel_path: &str) -> bool {
+#[cfg(test)]
+fn is_never_packed(rel_path: &str) -> bool {
     let mut parent: Option<&str> = None;
     for part in rel_path.split('/').filter(|p| !p.is_empty() && *p != ".") {
         if is_never_packed_name(parent, part) {

@@ -18,6 +18,15 @@ pub const DEFAULT_MAX_BYTES_SHOWN: &str = "256MiB";
 /// The most entries (files, directories, links) a seal packs, and a restore
 /// creates, unless `--max-files` says otherwise.
 pub const DEFAULT_MAX_FILES: u64 = 50_000;
+/// How long a seal and, when it fails, the quarantine may take together,
+/// unless `--deadline` says otherwise.
+pub const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
+/// [`DEFAULT_DEADLINE`] as `--help` shows it.
+pub const DEFAULT_DEADLINE_SHOWN: &str = "90s";
+/// The archive format, unless `--format` says otherwise.
+pub const DEFAULT_FORMAT: archive::Format = archive::Format::Zst;
+/// [`DEFAULT_FORMAT`] as `--help` shows it.
+pub const DEFAULT_FORMAT_SHOWN: &str = "zst";
 
 #[cfg(test)]
 mod tests {

@@ -76,8 +76,8 @@
 //!
 //! # Randomness test (assignment rules only)
 //! A value followed by `&name=` is a URL query parameter and ends at the `&`.
-//! The value is at least [`MIN_ASSIGNED_LEN`] (16) bytes, its Shannon entropy
-//! is above [`MIN_ENTROPY`] (3.5 bits per byte), it contains both a letter and
+//! The value is at least [`MIN_ASSIGNED_LEN`](rules::MIN_ASSIGNED_LEN) (16) bytes, its Shannon entropy
+//! is above [`MIN_ENTROPY`](rules::MIN_ENTROPY) (3.5 bits per byte), it contains both a letter and
 //! a digit, and it is not code or a location: a URL (`://`), a path
 //! (`/a/b`, `./a/b`, `~/a/b`), a dotted or `::` path (`settings.api.token2`,
 //! `a::b::C`), a name with underscores in one case (`DOT11_AUTH_ALGO`,
@@ -111,9 +111,8 @@ use std::fmt;
 use aho_corasick::{AhoCorasick, MatchKind};
 use regex::bytes::{CaptureLocations, Regex, RegexBuilder};
 
-pub use nested::{Allowance, DeepScan, LIMITS, Limits, Unscanned};
-pub use rules::{MIN_ASSIGNED_LEN, MIN_ENTROPY, entropy};
-pub use walk::{Report, scan_paths};
+pub use nested::{Allowance, DeepScan, LIMITS, Unscanned};
+pub use walk::scan_paths;
 
 use rules::{Kind, RULES, TRAITS};
 
@@ -129,7 +128,6 @@ const OVERLAP: usize = 4 * 1024;
 #[derive(Debug)]
 pub struct Rule {
     pub id: &'static str,
-    pub description: &'static str,
     /// Literals one of which every match contains; a rule's regex only runs
     /// where one occurs.
     pub keywords: &'static [&'static str],
@@ -259,6 +257,7 @@ impl Scanner {
     }
 
     /// Scans a whole file held in memory.
+    #[cfg(test)]
     pub fn scan_bytes(&self, rel_path: &str, data: &[u8]) -> Vec<Finding> {
         let mut scan = self.file(rel_path);
         scan.feed(data);

@@ -17,14 +17,16 @@
 //! tokens do, not by lease time.
 //!
 //! Two stores implement [`Store`]: [`file`], compare-and-set on the local
-//! file system for the processes of one machine, and [`postgres`], one SQL
-//! statement (or one transaction) per decision for many machines.
+//! file system for the processes of one machine, and `postgres` (built with
+//! the `postgres` cargo feature, on by default), one SQL statement (or one
+//! transaction) per decision for many machines.
 //! [`publish_to_dir`] is the sink for a plain directory; on its own it knows
 //! only the fences published there, and [`Store::publish_to`] adds the
 //! store's check.
 
-pub mod file;
-pub mod postgres;
+mod file;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sink;
 
 #[cfg(test)]
@@ -36,14 +38,14 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
 
-pub use sink::{publish_to_dir, read_from_dir};
+pub(crate) use sink::{publish_to_dir, read_from_dir};
 
 /// Longest key or holder id accepted, in bytes.
-pub const MAX_ID_BYTES: usize = 512;
+pub(crate) const MAX_ID_BYTES: usize = 512;
 
 /// Longest lease accepted; far beyond any real use, it keeps deadline
 /// arithmetic clear of overflow in every store.
-pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A lease granted to `holder`, valid until `expires_at` by the local clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,15 +127,28 @@ pub fn open(url: &str) -> Result<Box<dyn Store>> {
         return Ok(Box::new(file::FileStore::open(&path)?));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Box::new(postgres::PgStore::connect(url)?));
+        return open_postgres(url);
     }
     Err(Error::Usage(format!("unknown store `{}`: use `file:DIR` or `postgres://...`", redact_url(url))))
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<Box<dyn Store>> {
+    Ok(Box::new(postgres::PgStore::connect(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(url: &str) -> Result<Box<dyn Store>> {
+    Err(Error::Usage(format!(
+        "cannot open the store `{}`: this runws was built without the `postgres` feature",
+        redact_url(url)
+    )))
 }
 
 /// Opens the store named by `url` for a check only: a store that cannot be
 /// reached or made (a server down, a directory on a read-only file system)
 /// is [`Error::StoreUnreachable`], every other failure is itself.
-pub fn reach(url: &str) -> Result<Box<dyn Store>> {
+pub(crate) fn reach(url: &str) -> Result<Box<dyn Store>> {
     match open(url) {
         Err(Error::Io { op, path, source }) => Err(Error::StoreUnreachable {
             store: redact_url(url),
@@ -144,18 +159,18 @@ pub fn reach(url: &str) -> Result<Box<dyn Store>> {
 }
 
 /// The embedded store under ROOT.
-pub fn default_url(root: &Path) -> String {
+pub(crate) fn default_url(root: &Path) -> String {
     format!("file:{}", root.join("store").display())
 }
 
 /// Checks a lease key: not empty, no NUL, at most [`MAX_ID_BYTES`] bytes.
 /// Anything else is allowed; stores encode keys before they touch a path.
-pub fn check_key(key: &str) -> Result<()> {
+pub(crate) fn check_key(key: &str) -> Result<()> {
     check_id(key, ["a key cannot be empty", "a key cannot contain NUL", "a key is at most 512 bytes"])
 }
 
 /// Checks a holder id, with the rules of [`check_key`].
-pub fn check_holder(holder: &str) -> Result<()> {
+pub(crate) fn check_holder(holder: &str) -> Result<()> {
     check_id(
         holder,
         ["a holder cannot be empty", "a holder cannot contain NUL", "a holder is at most 512 bytes"],
@@ -197,7 +212,7 @@ fn check_ttl(ttl: Duration) -> Result<()> {
 /// highest token issued for `key`: a lower one was superseded by a later
 /// grant ([`Error::StaleFence`]), a higher one, or any when nothing was ever
 /// granted (`highest` 0), was never issued ([`Error::UnissuedFence`]).
-pub fn check_issued(key: &str, fence: u64, highest: u64) -> Result<()> {
+pub(crate) fn check_issued(key: &str, fence: u64, highest: u64) -> Result<()> {
     let why = if highest == 0 {
         format!("no lease on `{key}` was ever granted")
     } else if fence < highest {
@@ -320,7 +335,7 @@ fn jitter(d: Duration) -> Duration {
 /// a file system is cut and followed by `~` and 128 bits of the key's
 /// sha256; `~` is always encoded in the plain form, so the two forms never
 /// meet.
-pub fn encode_key(key: &str) -> String {
+pub(crate) fn encode_key(key: &str) -> String {
     const LIMIT: usize = 150;
     let mut out = String::with_capacity(key.len());
     for (i, b) in key.bytes().enumerate() {
@@ -374,7 +389,7 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// `url` with any password replaced, for messages.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

@@ -62,8 +62,19 @@ fn start_helper(
 /// A helper's whole life: wait for the SIGKILL.
 extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
     loop {
+        // aarch64 has no `pause`: `ppoll` of no descriptors with no timeout
+        // and no mask waits the same way, for a signal.
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: pause with no arguments, as a direct system call.
-        unsafe { sys(libc::SYS_pause, 0, 0, 0, 0) };
+        unsafe {
+            sys(libc::SYS_pause, 0, 0, 0, 0)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: ppoll with no descriptors, no timeout and no mask reads
+        // and writes no memory.
+        unsafe {
+            sys(libc::SYS_ppoll, 0, 0, 0, 0)
+        };
     }
 }
 

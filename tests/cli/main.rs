@@ -11,6 +11,7 @@ mod allow_import;
 mod audit;
 mod bad_input;
 mod broker_memory;
+mod build;
 mod cache;
 mod concurrency;
 mod environment;

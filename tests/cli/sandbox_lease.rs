@@ -12,6 +12,10 @@ use crate::sandbox::{Retry, Who, everyone, runws_as, skip};
 /// environment names a server (CI always does).
 fn stores() -> Vec<Option<String>> {
     let mut v = vec![None];
+    if !cfg!(feature = "postgres") {
+        eprintln!("skipped the PostgreSQL half: runws is built without the `postgres` feature");
+        return v;
+    }
     match std::env::var("RUNWS_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => v.push(Some(url)),
         _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),

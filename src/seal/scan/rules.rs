@@ -65,15 +65,15 @@ pub(super) enum Kind {
 /// earlier rule's match on the same line is dropped, so the generic rule
 /// stays last.
 pub(super) static RULES: [Rule; 16] = [
+    // AWS access key id (`AKIA`/`ASIA` and 16 base32 characters)
     Rule {
         id: "aws-access-key-id",
-        description: "AWS access key id (`AKIA`/`ASIA` and 16 base32 characters)",
         keywords: &["AKIA", "ASIA"],
         pattern: concat!(lead!(), r"((?:AKIA|ASIA)[A-Z2-7]{16})\b"),
     },
+    // AWS secret access key: 40 base64 characters assigned to an AWS-secret name
     Rule {
         id: "aws-secret-access-key",
-        description: "AWS secret access key: 40 base64 characters assigned to an AWS-secret name",
         keywords: &["secret"],
         // A `/` may be escaped as `\/`, as some JSON writers do.
         pattern: concat!(
@@ -82,90 +82,86 @@ pub(super) static RULES: [Rule; 16] = [
             r"((?:[A-Za-z0-9+]|\\?/){40})(?:[^A-Za-z0-9/+=]|$)"
         ),
     },
+    // GitHub personal, OAuth, user-to-server, server-to-server or refresh token
     Rule {
         id: "github-token",
-        description: "GitHub personal, OAuth, user-to-server, server-to-server or refresh token",
         keywords: &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
         pattern: concat!(lead!(), r"((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,})\b"),
     },
+    // GitHub fine-grained personal access token
     Rule {
         id: "github-fine-grained-pat",
-        description: "GitHub fine-grained personal access token",
         keywords: &["github_pat_"],
         pattern: concat!(lead!(), r"(github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})\b"),
     },
+    // GitLab personal access token
     Rule {
         id: "gitlab-token",
-        description: "GitLab personal access token",
         keywords: &["glpat-"],
         pattern: concat!(lead!(), r"(glpat-[A-Za-z0-9_-]{20,})(?:[^A-Za-z0-9_-]|$)"),
     },
+    // Slack bot, user, app or refresh token
     Rule {
         id: "slack-token",
-        description: "Slack bot, user, app or refresh token",
         keywords: &["xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-"],
         pattern: concat!(lead!(), r"(xox[abposr]-(?:[0-9]+-){1,3}[A-Za-z0-9]{8,})\b"),
     },
+    // Slack incoming webhook or workflow URL
     Rule {
         id: "slack-webhook",
-        description: "Slack incoming webhook or workflow URL",
         keywords: &["hooks.slack.com"],
         pattern: r"(?i:hooks\.slack\.com)\\?/(?:services|workflows|triggers)\\?/((?:[A-Za-z0-9+_-]|\\?/){20,})",
     },
+    // private key block (RSA, EC, DSA, OPENSSH, PGP, ENCRYPTED or plain PKCS#8)
     Rule {
         id: "private-key",
-        description: "private key block (RSA, EC, DSA, OPENSSH, PGP, ENCRYPTED or plain PKCS#8)",
         keywords: &["PRIVATE KEY"],
         pattern: r"(-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----)",
     },
+    // Stripe secret or restricted key, live or test mode
     Rule {
         id: "stripe-key",
-        description: "Stripe secret or restricted key, live or test mode",
         keywords: &["sk_live_", "rk_live_", "sk_test_", "rk_test_"],
         pattern: concat!(lead!(), r"((?:sk|rk)_(?:live|test)_[A-Za-z0-9]{20,})\b"),
     },
+    // Google API key (`AIza` and 35 characters)
     Rule {
         id: "google-api-key",
-        description: "Google API key (`AIza` and 35 characters)",
         keywords: &["AIza"],
         pattern: concat!(lead!(), r"(AIza[A-Za-z0-9_-]{35})(?:[^A-Za-z0-9_-]|--|$)"),
     },
-    Rule {
-        id: "npm-token",
-        description: "npm access token",
-        keywords: &["npm_"],
-        pattern: concat!(lead!(), r"(npm_[A-Za-z0-9]{36})\b"),
-    },
+    // npm access token
+    Rule { id: "npm-token", keywords: &["npm_"], pattern: concat!(lead!(), r"(npm_[A-Za-z0-9]{36})\b") },
+    // PyPI upload token (a macaroon issued by pypi.org)
     Rule {
         id: "pypi-token",
-        description: "PyPI upload token (a macaroon issued by pypi.org)",
         keywords: &["pypi-AgEIcHlwaS5vcmc"],
         pattern: concat!(lead!(), r"(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,})"),
     },
+    // OpenAI API key (project, service account, admin or legacy user key)
     Rule {
         id: "openai-api-key",
-        description: "OpenAI API key (project, service account, admin or legacy user key)",
         keywords: &["T3BlbkFJ", "sk-proj-", "sk-svcacct-", "sk-admin-"],
         pattern: concat!(
             lead!(),
             r"(sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}))(?:[^A-Za-z0-9_-]|$)"
         ),
     },
+    // Anthropic API or admin key
     Rule {
         id: "anthropic-api-key",
-        description: "Anthropic API or admin key",
         keywords: &["sk-ant-"],
         pattern: concat!(lead!(), r"(sk-ant-[a-z]+[0-9]{2}-[A-Za-z0-9_-]{80,})(?:[^A-Za-z0-9_-]|$)"),
     },
+    // JSON Web Token (three base64url segments, header and payload JSON objects)
     Rule {
         id: "jwt",
-        description: "JSON Web Token (three base64url segments, header and payload JSON objects)",
         keywords: &["eyJ"],
         pattern: concat!(lead!(), r"(eyJ[A-Za-z0-9_-]{10,}\.ey[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,})"),
     },
+    // a secret-looking name assigned a long, random-looking value
     Rule {
         id: "generic-secret",
-        description: "a secret-looking name assigned a long, random-looking value",
         keywords: &[
             "passw",
             "pwd",

@@ -2,6 +2,7 @@
 //! characters, so this file itself passes the scan (see
 //! `this_source_is_clean`).
 
+use super::rules::entropy;
 use super::*;
 
 const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

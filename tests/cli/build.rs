@@ -1,0 +1,74 @@
+//! How runws is built: a position-independent binary, whose code lands at a
+//! new random address at every start (an attacker feeding it a crafted
+//! archive cannot count on where anything is), and a lean build without
+//! PostgreSQL that says so when a store asks for it.
+
+use std::io::Read;
+
+use crate::harness::*;
+
+/// The ELF header's type: ET_EXEC is a binary linked at a fixed address,
+/// ET_DYN a position-independent one (dynamically linked or static-pie).
+#[test]
+fn the_binary_is_position_independent() {
+    let mut header = [0u8; 18];
+    std::fs::File::open(BIN).unwrap().read_exact(&mut header).unwrap();
+    assert_eq!(&header[..4], b"\x7fELF");
+    let e_type = match header[5] {
+        1 => u16::from_le_bytes([header[16], header[17]]),
+        _ => u16::from_be_bytes([header[16], header[17]]),
+    };
+    assert_eq!(e_type, 3, "runws is linked at a fixed address (ELF type {e_type}, want 3, ET_DYN)");
+}
+
+/// Where runws's own code is mapped, as seen by the command it runs (its
+/// parent): the first mapping of the executable in /proc/PPID/maps.
+fn runws_load_address(env: &Env, id: &str) -> String {
+    let out = env.sh(id, "grep -m1 ' /.*runws$' /proc/$PPID/maps | cut -d- -f1");
+    out.ok();
+    let addr = out.stdout.trim().to_string();
+    assert!(!addr.is_empty(), "runws's mapping not found in its maps\n{}", out.stderr);
+    addr
+}
+
+/// The command, the adversary here, looks where runws is mapped: two starts
+/// must not put runws's code at the same address.
+#[test]
+fn runws_is_mapped_at_a_new_address_each_start() {
+    let randomised = std::fs::read_to_string("/proc/sys/kernel/randomize_va_space").unwrap_or_default();
+    if randomised.trim() == "0" {
+        eprintln!("skipped: address space randomisation is off on this host");
+        return;
+    }
+    let env = Env::new();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..4 {
+        seen.insert(runws_load_address(&env, &format!("aslr-{i}")));
+    }
+    // Four starts at one address by chance: about 2^-84 with 28 bits of entropy.
+    assert!(seen.len() > 1, "runws was mapped at {seen:?} at every start");
+}
+
+/// A build without the `postgres` feature refuses a PostgreSQL store in one
+/// line that names the feature, and never shows the URL's password.
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_lean_build_refuses_a_postgres_store_naming_the_feature() {
+    let env = Env::new();
+    let secret = fake_secret("pw");
+    for url in [format!("postgres://u:{secret}@127.0.0.1:1/db"), format!("postgresql://u:{secret}@h/db")] {
+        let out = env.run(&["--store", &url, "lease", "show", "k"]);
+        out.code(125).one_line_error().stderr_has("`postgres` feature");
+        assert!(!out.stderr.contains(&secret), "{}", out.stderr);
+        // A store this build cannot use is a mistake, not an outage: a
+        // publish does not fall back to the directory's own fences.
+        let sink = env.path("sink");
+        let out = env
+            .cmd(&["--store", &url, "publish", "k", "-", "--fence", "5", "--to"])
+            .arg(&sink)
+            .output()
+            .unwrap();
+        Out::from(out).code(125).one_line_error().stderr_has("`postgres` feature");
+        assert!(!sink.join("k").exists(), "a refused store still published");
+    }
+}
