@@ -101,7 +101,7 @@ fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
 /// The home directory of `uid`: from /etc/passwd, where name services look
 /// first, else from them (a directory service). Asked on runws's main thread
 /// only: a statically linked glibc (`cargo build-static`) loads its
-/// name-service modules at run time, which is unsafe from other threads.
+/// name-service modules at run time, which must not happen with other threads running.
 fn passwd_home(uid: u32) -> Option<PathBuf> {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     home_in(&passwd, uid).or_else(|| {
