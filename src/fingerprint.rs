@@ -17,22 +17,31 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
-use crate::manifest::InputRecord;
 use crate::osname::OsName;
 use crate::shown;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InputRecord {
+    /// Path relative to `inputs/` (see [`OsName`] for names that are not UTF-8).
+    pub path: OsName,
+    /// `file` or `symlink` (a symlink is recorded, never followed).
+    #[serde(default = "file_kind")]
+    pub kind: String,
+    pub bytes: u64,
+    pub sha256: String,
+    /// Set for `runws import`: the run that produced it, and the output name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_output: Option<OsName>,
+}
+
+fn file_kind() -> String {
+    "file".to_string()
+}
 
 const CHUNK: usize = 1 << 20;
-
-/// Lowercase hex of a digest.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
 
 /// Hashes everything `reader` yields; returns (bytes, sha256 hex).
 pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, String)> {
@@ -49,7 +58,7 @@ pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, String)> {
         hasher.update(&buf[..n]);
         total += n as u64;
     }
-    Ok((total, hex(&hasher.finalize())))
+    Ok((total, crate::hex::encode(&hasher.finalize())))
 }
 
 /// Copies `src` to `dst`, hashing the bytes as they pass; returns
@@ -109,7 +118,7 @@ pub fn copy_and_hash(src: &mut (impl Read + Send), dst: &mut File) -> std::io::R
             writer.join().unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked")));
         read_result?;
         write_result?;
-        Ok((total, hex(&hasher.finalize())))
+        Ok((total, crate::hex::encode(&hasher.finalize())))
     })
 }
 
@@ -146,7 +155,7 @@ fn hash_list(inputs: &[InputRecord]) -> String {
         h.update(i.from_run.as_deref().unwrap_or("").as_bytes());
         h.update(b"\n");
     }
-    format!("sha256:{}", hex(&h.finalize()))
+    format!("sha256:{}", crate::hex::encode(&h.finalize()))
 }
 
 /// Copies the user's `--input` paths into `inputs/`, each under its own
@@ -216,7 +225,7 @@ fn copy_dir(src: &Path, parent: &Dir, name: &OsName, rel: &OsName, out: &mut Vec
                 path: child_rel,
                 kind: "symlink".into(),
                 bytes: text.len() as u64,
-                sha256: hex(&Sha256::digest(text)),
+                sha256: crate::hex::encode(&Sha256::digest(text)),
                 from_run: None,
                 from_output: None,
             });
@@ -280,7 +289,7 @@ mod tests {
         let mut out = File::create(tmp.path().join("dst")).unwrap();
         let (n, h) = copy_and_hash(&mut File::open(&src).unwrap(), &mut out).unwrap();
         assert_eq!(n, data.len() as u64);
-        assert_eq!(h, hex(&Sha256::digest(&data)));
+        assert_eq!(h, crate::hex::encode(&Sha256::digest(&data)));
         assert_eq!(std::fs::read(tmp.path().join("dst")).unwrap(), data);
     }
 }

@@ -19,6 +19,7 @@ mod fingerprint;
 mod fsx;
 mod git;
 pub mod guard;
+mod hex;
 mod lane;
 mod leftovers;
 pub mod manifest;

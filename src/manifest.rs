@@ -95,25 +95,8 @@ pub struct PortRecord {
     pub host: String,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct InputRecord {
-    /// Path relative to `inputs/` (see [`OsName`] for names that are not UTF-8).
-    pub path: OsName,
-    /// `file` or `symlink` (a symlink is recorded, never followed).
-    #[serde(default = "file_kind")]
-    pub kind: String,
-    pub bytes: u64,
-    pub sha256: String,
-    /// Set for `runws import`: the run that produced it, and the output name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_run: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from_output: Option<OsName>,
-}
-
-fn file_kind() -> String {
-    "file".to_string()
-}
+/// One input of the run: defined beside the fingerprint made of them.
+pub use crate::fingerprint::InputRecord;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OutputRecord {

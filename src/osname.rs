@@ -135,7 +135,7 @@ impl Serialize for OsName {
             None => {
                 use serde::ser::SerializeMap;
                 let mut map = s.serialize_map(Some(1))?;
-                map.serialize_entry(HEX, &crate::fingerprint::hex(self.as_bytes()))?;
+                map.serialize_entry(HEX, &crate::hex::encode(self.as_bytes()))?;
                 map.end()
             }
         }
@@ -171,24 +171,12 @@ impl<'de> Visitor<'de> for NameVisitor {
                 )));
             }
             let text: String = map.next_value()?;
-            bytes = Some(unhex(&text).ok_or_else(|| de::Error::custom("`hex` is not lowercase hex"))?);
+            bytes = Some(
+                crate::hex::decode(&text).ok_or_else(|| de::Error::custom("`hex` is not lowercase hex"))?,
+            );
         }
         bytes.map(OsName::from_bytes).ok_or_else(|| de::Error::missing_field(HEX))
     }
-}
-
-/// The bytes of lowercase hex `text`, as [`crate::fingerprint::hex`] writes it.
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let t = text.as_bytes();
-    if !t.len().is_multiple_of(2) {
-        return None;
-    }
-    t.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 #[cfg(test)]

@@ -44,7 +44,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
-use crate::seal::archive::{hex, split_parent};
+use crate::hex::encode as hex;
+use crate::seal::archive::split_parent;
 use crate::seal::scan::Finding;
 
 /// The largest checksum file read; a real one is one short line.

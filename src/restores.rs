@@ -96,17 +96,6 @@ fn staging_name(target_name: &OsStr, token: &str) -> String {
     format!(".{}.restore-{token}", short(target_name))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    crate::fingerprint::hex(bytes)
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
-}
-
 /// Makes the staging directory for a restore into `parent/target_name`;
 /// with `root`, registered under it first.
 pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Result<Staging> {
@@ -131,7 +120,7 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
         let me = std::process::id() as i32;
         let record = Record {
             staging: path.to_string_lossy().into_owned(),
-            staging_hex: hex(path.as_os_str().as_bytes()),
+            staging_hex: crate::hex::encode(path.as_os_str().as_bytes()),
             pid: me,
             start_time: crate::procinfo::stat(me).map_or(0, |s| s.start_time),
         };
@@ -349,7 +338,7 @@ impl Drop for ActingAs {
 /// The staging path a record names, when it is one this record's restore
 /// would have made: absolute, plain components, named `.NAME.restore-TOKEN`.
 fn checked_staging(record: &Record, token: &str) -> std::result::Result<PathBuf, &'static str> {
-    let bytes = unhex(&record.staging_hex).ok_or("its staging path is not hex")?;
+    let bytes = crate::hex::decode(&record.staging_hex).ok_or("its staging path is not hex")?;
     let path = PathBuf::from(OsStr::from_bytes(&bytes));
     if !path.is_absolute() {
         return Err("its staging path is not absolute");
@@ -387,14 +376,19 @@ mod tests {
     #[test]
     fn hex_round_trips() {
         let b = b"/tmp/caf\xe9/.x.restore-1";
-        assert_eq!(unhex(&hex(b)).unwrap(), b);
-        assert!(unhex("abc").is_none());
-        assert!(unhex("zz").is_none());
+        assert_eq!(crate::hex::decode(&crate::hex::encode(b)).unwrap(), b);
+        assert!(crate::hex::decode("abc").is_none());
+        assert!(crate::hex::decode("zz").is_none());
     }
 
     #[test]
     fn only_its_own_staging_name_is_accepted() {
-        let rec = |p: &[u8]| Record { staging: String::new(), staging_hex: hex(p), pid: 0, start_time: 0 };
+        let rec = |p: &[u8]| Record {
+            staging: String::new(),
+            staging_hex: crate::hex::encode(p),
+            pid: 0,
+            start_time: 0,
+        };
         assert!(checked_staging(&rec(b"/t/.out.restore-ab1"), "ab1").is_ok());
         for bad in [
             &b"/t/.out.restore-ab2"[..],

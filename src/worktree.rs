@@ -16,8 +16,8 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::Digest;
 
 use crate::error::{Error, IoContext, Result};
-use crate::fingerprint::hex;
 use crate::git;
+use crate::hex::encode as hex;
 use crate::workspace::RunDir;
 
 /// What `add` made.

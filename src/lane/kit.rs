@@ -336,7 +336,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let kit = tmp.path().join("k.tar.zst");
         std::fs::write(&kit, b"bytes").unwrap();
-        let sha = crate::seal::archive::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"bytes"));
+        let sha = crate::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(b"bytes"));
         assert!(!check_checksum(&kit, &sha).ok, "no .sha256 file passed");
         crate::seal::archive::write_sha256_file(&kit, &sha).unwrap();
         assert!(check_checksum(&kit, &sha).ok);

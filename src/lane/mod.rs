@@ -313,7 +313,7 @@ pub(crate) fn now() -> String {
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    crate::seal::archive::hex(&sha2::Sha256::digest(bytes))
+    crate::hex::encode(&sha2::Sha256::digest(bytes))
 }
 
 /// `approve`, `return` or `scrap`, by the named reviewer, after a review.

@@ -124,11 +124,6 @@ pub fn write_sha256_file(archive: &Path, sha256_hex: &str) -> Result<()> {
     Dir::open(dir)?.write_atomic(&format!("{name}.sha256"), line.as_bytes(), 0o644, true)
 }
 
-/// Lowercase hex of a digest.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 pub(crate) fn split_parent(path: &Path) -> Result<(&Path, &OsStr)> {
     let name =
         path.file_name().ok_or_else(|| Error::Usage(format!("`{}` does not name a file", path.display())))?;
@@ -222,7 +217,7 @@ fn write_archive(
         .and_then(|sink| sink.into_inner().map_err(io::IntoInnerError::into_error))
         .ctx("cannot write", tmp_path)?;
     written.file.sync_all().ctx("cannot sync", tmp_path)?;
-    let sha = hex(&written.hasher.finalize());
+    let sha = crate::hex::encode(&written.hasher.finalize());
     let report = PackReport {
         files,
         bytes,

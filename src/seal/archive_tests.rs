@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::hex::encode as hex;
 
 pub(crate) fn opts(format: Format) -> PackOptions {
     PackOptions {
