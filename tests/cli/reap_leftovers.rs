@@ -40,6 +40,23 @@ fn quiet(env: &Env, args: &[&str]) -> Child {
     env.cmd(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
 }
 
+/// True when some process holds the `flock` of the file at `path`: a
+/// writer creates its temp file and then locks it, and a process stopped
+/// between the two holds nothing yet (the writer then finds its file
+/// removed and takes a new name, which is not what this test looks at).
+fn locked(path: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(_unlocked_on_drop) => false,
+        Err((_, e)) => e == nix::errno::Errno::EWOULDBLOCK,
+    }
+}
+
+/// The names in `dir` that end with `suffix` and whose writer holds them.
+fn held_with_suffix(dir: &Path, suffix: &str) -> bool {
+    names_in(dir).iter().any(|n| n.ends_with(suffix) && locked(&dir.join(n)))
+}
+
 fn names_in(dir: &Path) -> Vec<String> {
     match std::fs::read_dir(dir) {
         Ok(rd) => rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect(),
@@ -245,7 +262,7 @@ fn reap_never_touches_what_a_live_process_is_writing() {
     let to = env.root.join("archive/live");
     std::fs::create_dir_all(&to).unwrap();
     let mut seal = quiet(env, &["seal", "src", "--to", to.to_str().unwrap()]);
-    assert!(wait_until(Duration::from_secs(20), || names_in(&to).iter().any(|n| n.ends_with(".partial"))));
+    assert!(wait_until(Duration::from_secs(20), || held_with_suffix(&to, ".partial")));
     stop(seal.id());
     let target = s.restored.join("live");
     let mut restore = quiet(env, &["restore", s.archive.to_str().unwrap(), "--to", target.to_str().unwrap()]);
@@ -259,7 +276,7 @@ fn reap_never_touches_what_a_live_process_is_writing() {
     stop(run.id());
     let (mut putter, put) = put_in_a_run(&s, "putting");
     let outputs = env.run_dir("putting").join("outputs");
-    assert!(wait_until(Duration::from_secs(20), || names_in(&outputs).iter().any(|n| n.ends_with(".tmp"))));
+    assert!(wait_until(Duration::from_secs(20), || held_with_suffix(&outputs, ".tmp")));
     stop(put as u32);
 
     let before = Leftovers::scan(env, &s.restored);
