@@ -25,8 +25,8 @@ fn claim(fd: RawFd, how: Claim) -> bool {
         return false;
     }
     // SAFETY: the borrow lasts only for this fcntl, which fails harmlessly (EBADF) on a closed number.
-    let open =
-        nix::fcntl::fcntl(unsafe { BorrowedFd::borrow_raw(fd) }, nix::fcntl::FcntlArg::F_GETFD).is_ok();
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let open = nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_ok();
     let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
     match claimed.get(&fd) {
         _ if !open => false,

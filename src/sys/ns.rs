@@ -65,16 +65,12 @@ extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
         // aarch64 has no `pause`: `ppoll` of no descriptors with no timeout
         // and no mask waits the same way, for a signal.
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: pause with no arguments, as a direct system call.
-        unsafe {
-            sys(libc::SYS_pause, 0, 0, 0, 0)
-        };
+        let nr = libc::SYS_pause;
         #[cfg(not(target_arch = "x86_64"))]
-        // SAFETY: ppoll with no descriptors, no timeout and no mask reads
-        // and writes no memory.
-        unsafe {
-            sys(libc::SYS_ppoll, 0, 0, 0, 0)
-        };
+        let nr = libc::SYS_ppoll;
+        // SAFETY: pause, or ppoll with no descriptors, no timeout and no
+        // mask: no arguments point at memory.
+        unsafe { sys(nr, 0, 0, 0, 0) };
     }
 }
 

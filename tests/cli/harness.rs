@@ -152,3 +152,18 @@ pub fn tree(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// The store URLs to test: the file store always, PostgreSQL when the test
+/// environment names a server (CI always does).
+pub fn stores() -> Vec<Option<String>> {
+    let mut v = vec![None];
+    if !cfg!(feature = "postgres") {
+        eprintln!("skipped the PostgreSQL half: runws is built without the `postgres` feature");
+        return v;
+    }
+    match std::env::var("RUNWS_TEST_PG_URL") {
+        Ok(url) if !url.is_empty() => v.push(Some(url)),
+        _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),
+    }
+    v
+}

@@ -6,22 +6,6 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-/// The store URLs to test: the file store always, PostgreSQL when the test
-/// environment names a server (CI always does).
-fn stores(env: &Env) -> Vec<Option<String>> {
-    let mut v = vec![None];
-    if !cfg!(feature = "postgres") {
-        eprintln!("skipped the PostgreSQL half: runws is built without the `postgres` feature");
-        return v;
-    }
-    match std::env::var("RUNWS_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => v.push(Some(url)),
-        _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),
-    }
-    let _ = env;
-    v
-}
-
 /// A key no other test (or earlier run against the same server) uses.
 fn fresh_key(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::now_v7().simple())
@@ -120,7 +104,7 @@ fn assert_published(
 #[test]
 fn a_paused_holder_is_fenced_off_at_the_sink() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         for b_first in [true, false] {
             let tag = format!("{}-{b_first}", store.is_some());
             let key = fresh_key("report");
@@ -211,7 +195,7 @@ fn a_paused_holder_is_fenced_off_at_the_sink() {
 #[test]
 fn a_fence_never_issued_is_refused_and_locks_nobody_out() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         for to in [None, Some(env.path(&format!("forged-sink-{}", store.is_some())))] {
             let to = to.as_deref();
             let key = fresh_key("forged");
@@ -280,7 +264,7 @@ fn publish_to_a_dir_without_the_store_checks_only_the_published_fences() {
 #[test]
 fn a_held_lease_stops_a_run_before_anything_is_created() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         let key = fresh_key("job");
         let out = Out::from(
             with_store(&env, &store, &["lease", "acquire", &key, "--holder", "nightly@box", "--ttl", "30s"])
@@ -348,7 +332,7 @@ fn a_held_lease_stops_a_run_before_anything_is_created() {
 #[test]
 fn contenders_take_turns_and_tokens_only_grow() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         let key = fresh_key("contended");
         let log = env.path(&format!("holds-{}.log", store.is_some()));
         let sink = env.path(&format!("sink-contended-{}", store.is_some()));
@@ -407,7 +391,7 @@ fn contenders_take_turns_and_tokens_only_grow() {
 #[test]
 fn a_killed_holder_loses_its_lease_at_expiry_and_tokens_keep_growing() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         let key = fresh_key("killed");
         let up = env.path(&format!("up-{}", store.is_some()));
         let mut a = with_store(
@@ -454,7 +438,7 @@ fn a_killed_holder_loses_its_lease_at_expiry_and_tokens_keep_growing() {
 #[test]
 fn a_publish_killed_at_any_point_leaves_the_sink_whole_and_the_key_usable() {
     let env = Env::new();
-    for store in stores(&env) {
+    for store in stores() {
         // A PostgreSQL connection costs a debug build a tenth of a second:
         // its directory sink shares the transaction tried here.
         let dir = Some(env.path("killed-sink")).filter(|_| store.is_none());

@@ -8,21 +8,6 @@ use std::path::Path;
 use crate::harness::*;
 use crate::sandbox::{Retry, Who, everyone, runws_as, skip};
 
-/// The store URLs to test: the file store always, PostgreSQL when the test
-/// environment names a server (CI always does).
-fn stores() -> Vec<Option<String>> {
-    let mut v = vec![None];
-    if !cfg!(feature = "postgres") {
-        eprintln!("skipped the PostgreSQL half: runws is built without the `postgres` feature");
-        return v;
-    }
-    match std::env::var("RUNWS_TEST_PG_URL") {
-        Ok(url) if !url.is_empty() => v.push(Some(url)),
-        _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),
-    }
-    v
-}
-
 fn fresh_key(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::now_v7().simple())
 }
