@@ -253,3 +253,23 @@ impl<T> IoContext<T> for nix::Result<T> {
         self.map_err(|e| Error::io(op, path, io::Error::from(e)))
     }
 }
+
+/// The error and its causes on one line: a control character left in a
+/// message (a name a context did not escape, another tool's text) is
+/// escaped, so an error never forges a second line.
+pub fn render(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        // thiserror messages already include their source's text.
+        if !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    crate::shown::line(&parts.join(": "))
+}
+
+/// The exit code of the first runws error in the chain; 125 otherwise.
+pub fn exit_code_of(err: &anyhow::Error) -> u8 {
+    err.chain().find_map(|e| e.downcast_ref::<Error>()).map(Error::exit_code).unwrap_or(exit::FAILURE)
+}

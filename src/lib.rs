@@ -30,6 +30,7 @@ mod procinfo;
 mod reap;
 mod restore;
 mod restores;
+mod run;
 mod sandbox;
 mod seal;
 mod shown;

@@ -105,6 +105,8 @@ pub struct Spec {
     pub cwd: PathBuf,
     /// Sockets to hand over as fd 3, 4, ... with LISTEN_PID set in the child.
     pub listen: Vec<OwnedFd>,
+    /// In place of runws's own standard input, output and error.
+    pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
     /// Make the child's group the terminal's foreground group.
@@ -175,6 +177,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "runws")?;
     let gate_r = high_fd(gate_r)?;
     let err_w = high_fd(err_w)?;
+    let stdin = spec.stdin.map(high_fd).transpose()?;
     let stdout = spec.stdout.map(high_fd).transpose()?;
     let stderr = spec.stderr.map(high_fd).transpose()?;
     let listen: Vec<OwnedFd> = spec.listen.into_iter().map(high_fd).collect::<Result<_>>()?;
@@ -182,6 +185,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         gate: gate_r.as_fd(),
         gate_writer: gate_w.as_fd(),
         errors: err_w.as_fd(),
+        stdin: stdin.as_ref().map(|f| f.as_fd()),
         stdout: stdout.as_ref().map(|f| f.as_fd()),
         stderr: stderr.as_ref().map(|f| f.as_fd()),
         listen: listen.iter().map(|f| f.as_fd()).collect(),
@@ -215,7 +219,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     // The fds the child inherited are closed here (it has its own copies);
     // the pipes' other ends stay with runws.
     drop(fds);
-    drop((gate_r, err_w, stdout, stderr, listen, spec.keep));
+    drop((gate_r, err_w, stdin, stdout, stderr, listen, spec.keep));
     Ok(Paused { pid: child, gate: gate_w, errors: err_r, shared })
 }
 
@@ -463,6 +467,7 @@ mod tests {
             env: Vec::new(),
             cwd: PathBuf::from("/"),
             listen: Vec::new(),
+            stdin: None,
             stdout: None,
             stderr: None,
             foreground: false,

@@ -14,8 +14,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Cli, Command, RunArgs, SealArgs, defaults};
+use super::{Cli, Command, RunArgs, SealArgs};
 use crate::duration;
+use crate::run::defaults;
 
 /// Parses `args` (with the program name first) when it is a plain `run`
 /// command line; `env` looks up RUNWS_ROOT and RUNWS_STORE.

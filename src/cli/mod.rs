@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-mod defaults;
+use crate::run::defaults;
 pub mod fast;
 mod lane;
 pub use lane::LaneCommand;

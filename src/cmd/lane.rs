@@ -1,18 +1,15 @@
 //! `runws lane ...`: the promotion lane's command line. The rules live in
 //! [`crate::lane`]; this file parses, calls, and reports.
 //!
-//! `lane run` goes through exactly the code path of `runws run`: its
-//! arguments are parsed by the same definition, so every default and check
-//! is the same, with the run's cwd set to the lane's `work/`.
+//! `lane run` is a run of the one run pipeline ([`crate::run`]), every
+//! option at `runws run`'s default but the job (the lane's name) and the
+//! working directory (the lane's `work/`).
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 
-use clap::{Args, FromArgMatches};
-
-use crate::cli::{LaneCommand, RunArgs};
-use crate::error::Error;
+use crate::cli::LaneCommand;
 use crate::exit;
 use crate::lane::card::{RunEntry, State};
 use crate::lane::claim::{ClaimRequest, claim};
@@ -21,6 +18,7 @@ use crate::lane::promote::{self, PromoteRequest};
 use crate::lane::review::{self, ReviewOptions};
 use crate::lane::{self, Lane, Step, allowed};
 use crate::manifest;
+use crate::run::Request;
 use crate::shown;
 use crate::workspace::{self, RunDir};
 
@@ -122,33 +120,22 @@ fn run(root: &Path, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow
         Ok(())
     })?;
 
-    let mut args: Vec<OsString> = vec!["run".into(), "--run-id".into(), run_id.clone().into()];
-    args.extend(["--job".into(), name.into(), "--cwd".into(), lane.path().join("work").into_os_string()]);
-    if opts.capture {
-        args.push("--capture".into());
-    }
-    if let Some(t) = opts.timeout {
-        args.extend(["--timeout".into(), format!("{}ms", t.as_millis()).into()]);
-    }
-    for k in opts.pass {
-        args.extend(["--pass".into(), k.into()]);
-    }
-    for f in opts.env_file {
-        args.extend(["--env-file".into(), f.into_os_string()]);
-    }
-    args.push("--".into());
-    args.extend(command);
-    let matches = RunArgs::augment_args(clap::Command::new("run"))
-        .try_get_matches_from(args)
-        .map_err(|e| Error::Usage(e.to_string().lines().next().unwrap_or("invalid usage").to_string()))?;
-    let run_args = RunArgs::from_arg_matches(&matches).map_err(|e| Error::Usage(e.to_string()))?;
-    let result = super::run::run(run_args, Some(root), None);
+    let mut req = Request::new(command);
+    req.root = Some(root.to_path_buf());
+    req.run_id = Some(run_id.clone());
+    req.job = Some(name.to_string());
+    req.cwd = Some(lane.path().join("work"));
+    req.capture = opts.capture;
+    req.timeout = opts.timeout;
+    req.pass = opts.pass;
+    req.env_file = opts.env_file;
+    let result = crate::run::run(req).map(|f| f.code);
 
     // What the run's own manifest says is authoritative; the card copies it.
     let m = RunDir::open(root, &run_id).ok().and_then(|d| manifest::read(&d.dir).ok());
     let code = match &result {
         Ok(c) => Some(*c as i32),
-        Err(e) => Some(super::exit_code(e) as i32),
+        Err(e) => Some(crate::error::exit_code_of(e) as i32),
     };
     let recorded = lane.update(|card| {
         if let Some(e) = card.replay.runs.iter_mut().find(|r| r.run_id == run_id) {

@@ -49,8 +49,8 @@ pub fn main() -> u8 {
             if is_broken_pipe(&err) {
                 return exit::OK;
             }
-            eprintln!("runws: {}", render(&err));
-            exit_code(&err)
+            eprintln!("runws: {}", crate::error::render(&err));
+            crate::error::exit_code_of(&err)
         }
     }
 }
@@ -100,26 +100,6 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Lane { command } => lane::dispatch(root, command),
     }
-}
-
-/// The error and its causes on one line: a control character left in a
-/// message (a name a context did not escape, another tool's text) is
-/// escaped, so an error never forges a second line.
-pub(crate) fn render(err: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        // thiserror messages already include their source's text.
-        if !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    }
-    crate::shown::line(&parts.join(": "))
-}
-
-/// The exit code of the first runws error in the chain; 125 otherwise.
-pub(crate) fn exit_code(err: &anyhow::Error) -> u8 {
-    err.chain().find_map(|e| e.downcast_ref::<Error>()).map(Error::exit_code).unwrap_or(exit::FAILURE)
 }
 
 /// A closed stdout (`runws ls | head`) is not an error.

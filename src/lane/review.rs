@@ -11,12 +11,11 @@
 //! nothing in the kit chooses what git executes (filters, fsmonitor, hooks,
 //! external diffs); the diff stat goes through a scratch index, so the
 //! restored repository is as the
-//! kit holds it when `replay/eval.sh` runs, from `work/`, inside a clean
-//! `runws run` (the real binary: an environment built from empty, its own
-//! run id). The result is recorded on the lane's card.
+//! kit holds it when `replay/eval.sh` runs, from `work/`, in a clean run of
+//! the run pipeline (an environment built from empty, its own run id, stdin
+//! from `/dev/null`). The result is recorded on the lane's card.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::stat::SFlag;
@@ -87,26 +86,22 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     let diff_stat = diff_stat(&work, &base, &tmp.path().join("index"))?;
 
     let run_id = crate::workspace::new_run_id()?;
-    let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
-    let status = std::process::Command::new(exe)
-        .arg("--root")
-        .arg(root)
-        .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
-        .arg("--timeout")
-        // 0 is no timeout, in `runws run` as here.
-        .arg(format!("{}ms", opts.timeout.as_millis()))
-        .arg("--cwd")
-        .arg(&work)
-        .arg("--")
-        .arg(restored.join("replay").join("eval.sh"))
-        .env_remove("RUNWS_DIR")
-        .env_remove("RUNWS_RUN_ID")
-        .stdin(Stdio::null())
-        .status()
-        .ctx("cannot start", "runws run")?;
-    let code = {
-        use std::os::unix::process::ExitStatusExt;
-        i32::from(crate::sys::proc::Termination::from_raw(status.into_raw()).exit_code())
+    let mut req = crate::run::Request::new(vec![restored.join("replay").join("eval.sh").into_os_string()]);
+    req.root = Some(root.to_path_buf());
+    req.run_id = Some(run_id.clone());
+    req.job = Some(format!("{}-review", lane.name));
+    req.ports = 0;
+    // Zero is no timeout, in `runws run` as here.
+    req.timeout = Some(opts.timeout);
+    req.cwd = Some(work.clone());
+    req.stdin = crate::run::Stdin::Null;
+    let code = match crate::run::run(req) {
+        Ok(finished) => i32::from(finished.code),
+        // As `runws run` reports a run that failed before its command ran.
+        Err(e) => {
+            eprintln!("runws: {}", crate::error::render(&e));
+            i32::from(crate::error::exit_code_of(&e))
+        }
     };
     let review = Review {
         result: if code == 0 { "pass".into() } else { "fail".into() },

@@ -43,6 +43,7 @@
 pub mod audit;
 pub mod broker;
 pub mod init;
+mod isolated;
 pub mod mounts;
 pub mod ns;
 mod plan;
@@ -55,6 +56,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use isolated::Isolated;
 pub use plan::{Options, prepare};
 
 use crate::error::{Error, Result};

@@ -28,7 +28,6 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::child::{self, Spec};
-use crate::cli::RunArgs;
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::{EnvRecord, Manifest};
 use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
@@ -51,42 +50,6 @@ pub struct Options {
     pub json: bool,
     /// `--allow-userns`: the command may create user namespaces.
     pub allow_userns: bool,
-}
-
-impl Options {
-    /// The sandbox options of `run`, or `None` without `--sandbox`.
-    pub fn for_run(args: &RunArgs) -> Option<Options> {
-        let mode = args.sandbox.as_deref()?;
-        Some(Options {
-            kind: Kind::Sandbox,
-            try_mode: mode == "try",
-            net: args.net.unwrap_or(Net::Host),
-            rw: args.rw.clone(),
-            ro: args.ro.clone(),
-            hide: args.hide.clone(),
-            caches: args.cache.clone(),
-            json: false,
-            allow_userns: args.allow_userns,
-        })
-    }
-
-    /// The options of `audit`.
-    pub fn for_audit(args: &RunArgs, json: bool) -> Result<Options> {
-        if args.sandbox.is_some() {
-            return Err(Error::Usage("`runws audit` cannot be combined with --sandbox".into()));
-        }
-        Ok(Options {
-            kind: Kind::Audit,
-            try_mode: false,
-            net: Net::Host,
-            rw: Vec::new(),
-            ro: Vec::new(),
-            hide: Vec::new(),
-            caches: Vec::new(),
-            json,
-            allow_userns: true,
-        })
-    }
 }
 
 fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {

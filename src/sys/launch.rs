@@ -45,6 +45,7 @@ pub struct Descriptors<'a> {
     pub gate_writer: BorrowedFd<'a>,
     /// Close-on-exec; the child writes an `execve` errno on it.
     pub errors: BorrowedFd<'a>,
+    pub stdin: Option<BorrowedFd<'a>>,
     pub stdout: Option<BorrowedFd<'a>>,
     pub stderr: Option<BorrowedFd<'a>>,
     /// Placed at 3, 4, ... Each must be above the last of these numbers
@@ -73,6 +74,7 @@ struct Launch {
     gate: RawFd,
     gate_writer: RawFd,
     errors: RawFd,
+    stdin: Option<RawFd>,
     stdout: Option<RawFd>,
     stderr: Option<RawFd>,
     listen: *const RawFd,
@@ -136,6 +138,7 @@ pub fn start(
         gate: fds.gate.as_raw_fd(),
         gate_writer: fds.gate_writer.as_raw_fd(),
         errors: fds.errors.as_raw_fd(),
+        stdin: fds.stdin.map(|f| f.as_raw_fd()),
         stdout: fds.stdout.map(|f| f.as_raw_fd()),
         stderr: fds.stderr.map(|f| f.as_raw_fd()),
         listen: listen.as_ptr(),
@@ -360,6 +363,9 @@ unsafe fn prepare(l: &Launch) {
                 check(sys(libc::SYS_dup3, from as usize, to as usize, 0, 0));
             }
         };
+        if let Some(fd) = l.stdin {
+            place(fd, 0);
+        }
         if let Some(fd) = l.stdout {
             place(fd, 1);
         }

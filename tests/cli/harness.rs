@@ -115,6 +115,12 @@ impl Out {
         self
     }
 
+    #[track_caller]
+    pub fn stdout_lacks(&self, needle: &str) -> &Out {
+        assert!(!self.stdout.contains(needle), "stdout has {needle:?}\n--- stdout\n{}", self.stdout);
+        self
+    }
+
     /// Each refusal is one line starting with `runws: `.
     #[track_caller]
     pub fn one_line_error(&self) -> &Out {

@@ -434,3 +434,31 @@ fn concurrent_lane_runs_lose_no_card_update() {
         assert!(lane_dir(&env, &lane).join(format!("work/f{i}")).exists());
     }
 }
+
+/// The review runs the kit's eval itself, through the same run pipeline as
+/// `runws run` (no second runws in between), with stdin from `/dev/null`;
+/// `lane run` does too, with the lane's job and `work/`.
+#[test]
+fn lane_run_and_review_run_their_command_in_the_lane_process_itself() {
+    let env = Env::new();
+    let lane = claim(&env);
+    let out = work(
+        &env,
+        &lane,
+        "echo \"parent: $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"; echo hi > hello && git add hello && git commit -qm hello",
+    );
+    out.ok().stdout_has(" lane run ").stdout_lacks(" run --run-id");
+    let replay = lane_dir(&env, &lane).join("replay");
+    write_exec(
+        &replay.join("eval.sh"),
+        "#!/bin/sh\necho \"parent: $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"\n\
+         echo \"stdin: $(readlink /proc/self/fd/0)\"\ntest \"$(cat hello)\" = hi\n",
+    );
+    let kit = PathBuf::from(seal(&env, &lane).ok().stdout.trim());
+    review(&env, &kit)
+        .ok()
+        .stdout_has("review pass")
+        .stdout_has(" lane review ")
+        .stdout_lacks(" run --run-id")
+        .stdout_has("stdin: /dev/null");
+}

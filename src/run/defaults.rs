@@ -1,7 +1,8 @@
-//! The defaults of `run`, `lease` and `lane` options, each defined once:
-//! clap shows and applies them (as the `*_SHOWN` strings, which a test holds
-//! to the values), and the fast path of `run` starts from the values.
-//! Defaults a library type also applies live beside it: the seal's in
+//! The defaults of a run's [`super::Request`] and of the `run`, `lease` and
+//! `lane` options, each defined once: a request starts from the values, clap
+//! shows and applies them (as the `*_SHOWN` strings, which a test holds to
+//! the values), and the fast path of `run` starts from the values too.
+//! Defaults another library type applies live beside it: the seal's in
 //! `seal`, the reaper's in `reap`.
 
 use std::time::Duration;

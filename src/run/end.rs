@@ -22,13 +22,14 @@ pub(super) fn exit_code(o: &Outcome) -> u8 {
 }
 
 /// Records a run that failed before its command started (through `slot`,
-/// the final record's reserved temp file, when there is one), then reports it.
+/// the final record's reserved temp file, when there is one); returns the
+/// error to report.
 pub(super) fn record_failure(
     run: &RunDir,
     mut m: Manifest,
     e: Error,
     slot: Option<Reserved<'_>>,
-) -> anyhow::Result<u8> {
+) -> anyhow::Error {
     let code = e.exit_code();
     m.status = Status::Failed;
     m.exit_code = Some(code as i32);
@@ -42,7 +43,7 @@ pub(super) fn record_failure(
     if let Err(w) = written {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
-    Err(e.into())
+    e.into()
 }
 
 /// Records and reports a command that could not be started (126, 127, or

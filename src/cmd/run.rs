@@ -1,0 +1,142 @@
+//! `runws run` and `runws audit`: the command line turned into a
+//! [`Request`] for the run pipeline ([`crate::run`]), and `--seal` after it.
+
+use std::path::Path;
+
+use crate::cli::{AuditArgs, RunArgs};
+use crate::error::Error;
+use crate::exit;
+use crate::run::{self, Isolation, Plain, Request};
+use crate::sandbox::{self, Isolated, Kind, Net};
+
+pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
+    let isolation: Box<dyn Isolation> = match sandbox_options(&args) {
+        Some(opts) => Box::new(Isolated::new(opts)),
+        None => Box::new(Plain),
+    };
+    run_with(args, root, store, isolation)
+}
+
+/// `runws audit`: a run whose command sees the real file system through a
+/// copy-on-write layer (see [`crate::sandbox::audit`]).
+pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
+    if args.run.sandbox.is_some() {
+        return Err(Error::Usage("`runws audit` cannot be combined with --sandbox".into()).into());
+    }
+    let opts = sandbox::Options {
+        kind: Kind::Audit,
+        try_mode: false,
+        net: Net::Host,
+        rw: Vec::new(),
+        ro: Vec::new(),
+        hide: Vec::new(),
+        caches: Vec::new(),
+        json: args.json,
+        allow_userns: true,
+    };
+    run_with(args.run, root, store, Box::new(Isolated::new(opts)))
+}
+
+/// The sandbox options of `run`, or `None` without `--sandbox`.
+fn sandbox_options(args: &RunArgs) -> Option<sandbox::Options> {
+    let mode = args.sandbox.as_deref()?;
+    Some(sandbox::Options {
+        kind: Kind::Sandbox,
+        try_mode: mode == "try",
+        net: args.net.unwrap_or(Net::Host),
+        rw: args.rw.clone(),
+        ro: args.ro.clone(),
+        hide: args.hide.clone(),
+        caches: args.cache.clone(),
+        json: false,
+        allow_userns: args.allow_userns,
+    })
+}
+
+fn run_with(
+    args: RunArgs,
+    root: Option<&Path>,
+    store: Option<&str>,
+    isolation: Box<dyn Isolation>,
+) -> anyhow::Result<u8> {
+    let seal = args.seal.then(|| super::seal::options(&args.seal_opts));
+    let finished = run::run(request(args, root, store, isolation))?;
+    let Some(opts) = seal else { return Ok(finished.code) };
+    // The command's own failure is the one a caller must see first; the
+    // seal's outcome is on stderr and in the manifest either way.
+    let sealed = super::seal::seal_run(&finished.run, &opts)?;
+    Ok(if finished.code == exit::OK { sealed } else { finished.code })
+}
+
+/// `--run-id`, else `RUNWS_RUN_ID` as a scheduler sets it. Inside a run
+/// (RUNWS_DIR set) that variable is the enclosing run's own id, so a nested
+/// `runws run` gets a new id instead of colliding with its parent.
+fn requested_run_id(args: &RunArgs) -> Option<String> {
+    if let Some(id) = &args.run_id {
+        return Some(id.clone());
+    }
+    if std::env::var_os("RUNWS_DIR").is_some() {
+        return None;
+    }
+    std::env::var_os("RUNWS_RUN_ID").map(|v| v.to_string_lossy().into_owned())
+}
+
+fn request(
+    args: RunArgs,
+    root: Option<&Path>,
+    store: Option<&str>,
+    isolation: Box<dyn Isolation>,
+) -> Request {
+    let run_id = requested_run_id(&args);
+    let RunArgs {
+        job,
+        env,
+        pass,
+        env_file,
+        path,
+        ports,
+        port_host,
+        listen,
+        inputs,
+        fingerprint,
+        allow_import,
+        timeout,
+        kill_after,
+        lease_ttl,
+        capture,
+        worktree,
+        base,
+        cwd,
+        lease,
+        wait,
+        command,
+        ..
+    } = args;
+    Request {
+        root: root.map(Path::to_path_buf),
+        store: store.map(str::to_string),
+        run_id,
+        job,
+        env,
+        pass,
+        env_file,
+        path,
+        ports,
+        port_host,
+        listen,
+        inputs,
+        fingerprint,
+        allow_import,
+        timeout,
+        kill_after,
+        lease_ttl,
+        capture,
+        worktree,
+        base,
+        cwd,
+        lease,
+        wait,
+        isolation,
+        ..Request::new(command)
+    }
+}

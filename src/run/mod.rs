@@ -1,0 +1,68 @@
+//! One run, from request to final record: the pipeline `runws run`,
+//! `runws audit`, `lane run` and `lane review` all call.
+//!
+//! ```text
+//! Request ──check──> Checked ──lease, run directory──> Prepared ──fork, gate──> Started ──watch──> exit code
+//!  (what was asked)   (nothing made yet)   (record, inputs, ports, env, spec)   (command runs)  (end recorded)
+//! ```
+//!
+//! Order matters. Everything that can be checked without touching disk (the
+//! run id, grants, env files) is checked first, so a bad request creates
+//! nothing. A lease named by the request is taken next, like `flock -n`:
+//! held elsewhere, the run stops before anything exists. Then the run
+//! directory is created exclusively; from there on a failure is recorded in
+//! the run's manifest before it is returned (exit 125, or 126/127 when the
+//! command cannot run).
+//!
+//! The request's [`Isolation`] is called at named points: while the command
+//! is prepared (it may replace what is executed), once the gate is open,
+//! once the command runs, and once it has ended.
+
+pub mod defaults;
+mod end;
+mod isolation;
+mod lease;
+mod prepare;
+mod request;
+mod start;
+
+pub use isolation::{Isolation, Note, Opened, Plain, Preparing};
+pub use lease::RunLease;
+pub use request::{Request, Stdin};
+
+use crate::workspace::RunDir;
+use start::Begun;
+
+/// A run that has ended: its directory, and the exit status runws reports
+/// for it (the command's, 124 for a timeout, 125-127 when it never ran).
+#[derive(Debug)]
+pub struct Finished {
+    pub run: RunDir,
+    pub code: u8,
+}
+
+/// Runs `req`: creates the run, builds its world, starts the command,
+/// watches it and records how it ended. An error is a run that failed before
+/// its command started (recorded in its manifest once its directory exists).
+pub fn run(req: Request) -> anyhow::Result<Finished> {
+    let checked = req.check()?;
+    let lease = match &checked.req.lease {
+        Some(key) => Some(RunLease::acquire(
+            &checked.root,
+            checked.req.store.as_deref(),
+            key,
+            &checked.id,
+            checked.req.lease_ttl,
+            checked.req.wait,
+        )?),
+        None => None,
+    };
+    let signals = prepare::supervise()?;
+    let mut run = RunDir::create(&checked.root, &checked.id)?;
+    let creating = run.creating.take();
+    let code = match prepare::prepare(&run, creating, checked, lease, signals)?.start()? {
+        Begun::Running(started) => started.watch()?,
+        Begun::NotRun(code) => code,
+    };
+    Ok(Finished { run, code })
+}

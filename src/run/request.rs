@@ -1,0 +1,191 @@
+//! What a run was asked for, and the checks that create nothing.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::defaults;
+use super::isolation::{Isolation, Plain};
+use crate::envbuild::{self, Grant};
+use crate::error::{Error, IoContext};
+use crate::workspace;
+
+/// The command's standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdin {
+    /// runws's own (and, when it is runws's terminal, the terminal's
+    /// foreground for the command).
+    Inherit,
+    /// `/dev/null`: the command reads nothing, and never takes a terminal.
+    Null,
+}
+
+/// One run, as `runws run`, `runws audit`, `lane run` and `lane review` ask
+/// for it. [`Request::new`] gives the defaults of `runws run`.
+pub struct Request {
+    /// ROOT as given (`--root`); else `RUNWS_ROOT` or the default.
+    pub root: Option<PathBuf>,
+    /// The lease store's URL (`--store`), else ROOT's file store.
+    pub store: Option<String>,
+    /// The run id to use instead of a new one.
+    pub run_id: Option<String>,
+    /// The job name (default: from the command's file name).
+    pub job: Option<String>,
+    /// The command and its arguments; never empty.
+    pub command: Vec<OsString>,
+    /// `--env KEY=VALUE`.
+    pub env: Vec<String>,
+    /// `--pass KEY`.
+    pub pass: Vec<String>,
+    /// `--env-file FILE`.
+    pub env_file: Vec<PathBuf>,
+    /// PATH after the run's own `bin/`.
+    pub path: String,
+    pub ports: u16,
+    pub port_host: String,
+    /// Hand the listening sockets to the command.
+    pub listen: bool,
+    pub inputs: Vec<PathBuf>,
+    pub fingerprint: Option<String>,
+    pub allow_import: Vec<String>,
+    /// No timeout when `None` or zero.
+    pub timeout: Option<Duration>,
+    pub kill_after: Option<Duration>,
+    pub lease_ttl: Duration,
+    /// The lease KEY to hold while the command runs.
+    pub lease: Option<String>,
+    /// How long to wait for that lease.
+    pub wait: Duration,
+    pub capture: bool,
+    /// The repository to give the run a worktree of.
+    pub worktree: Option<PathBuf>,
+    pub base: String,
+    /// The command's working directory (default: the run's `work/`).
+    pub cwd: Option<PathBuf>,
+    pub stdin: Stdin,
+    pub isolation: Box<dyn Isolation>,
+}
+
+impl Request {
+    /// `command` as `runws run -- COMMAND` runs it: every option at its
+    /// default, no isolation.
+    pub fn new(command: Vec<OsString>) -> Request {
+        Request {
+            root: None,
+            store: None,
+            run_id: None,
+            job: None,
+            command,
+            env: Vec::new(),
+            pass: Vec::new(),
+            env_file: Vec::new(),
+            path: defaults::PATH.into(),
+            ports: defaults::PORTS,
+            port_host: defaults::PORT_HOST.into(),
+            listen: false,
+            inputs: Vec::new(),
+            fingerprint: None,
+            allow_import: Vec::new(),
+            timeout: None,
+            kill_after: None,
+            lease_ttl: defaults::LEASE_TTL,
+            lease: None,
+            wait: defaults::LEASE_WAIT,
+            capture: false,
+            worktree: None,
+            base: defaults::BASE.into(),
+            cwd: None,
+            stdin: Stdin::Inherit,
+            isolation: Box::new(Plain),
+        }
+    }
+}
+
+/// A request that passed every check that creates nothing: the run id, the
+/// job, the grants, the inputs exist.
+pub(super) struct Checked {
+    pub req: Request,
+    pub id: String,
+    pub job: String,
+    pub root: PathBuf,
+    /// The directory runws was started from: relative paths are taken from it.
+    pub invoked_from: PathBuf,
+    pub grants: Vec<Grant>,
+}
+
+impl Request {
+    /// Checks everything that can be checked without touching the disk
+    /// (except to read what the request names), so that a bad request
+    /// creates nothing.
+    pub(super) fn check(mut self) -> anyhow::Result<Checked> {
+        if self.command.is_empty() {
+            return Err(Error::Usage("a run needs a command".into()).into());
+        }
+        let id = match &self.run_id {
+            Some(id) => {
+                workspace::check_run_id(id)?;
+                id.clone()
+            }
+            None => workspace::new_run_id()?,
+        };
+        // A zero timeout is no timeout at all, as for `timeout(1)`.
+        self.timeout = self.timeout.filter(|t| !t.is_zero());
+        if self.lease_ttl < Duration::from_millis(30) {
+            return Err(Error::Usage("--lease-ttl must be at least 30ms".into()).into());
+        }
+        if self.listen && usize::from(self.ports) > crate::child::MAX_LISTEN {
+            return Err(Error::Usage(format!(
+                "--listen hands over at most {} sockets",
+                crate::child::MAX_LISTEN
+            ))
+            .into());
+        }
+        let root = workspace::resolve_root(self.root.as_deref())?;
+        let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
+        let job = job_name(self.job.as_deref(), &self.command[0])?;
+        crate::allowlist::check(&self.allow_import)?;
+        let grants = self.grants()?;
+        for input in &self.inputs {
+            std::fs::metadata(input).ctx("cannot read input", input)?;
+        }
+        Ok(Checked { req: self, id, job, root, invoked_from, grants })
+    }
+
+    /// The variables granted to the command, in the order given: env files,
+    /// then `--env`, then `--pass`.
+    fn grants(&self) -> Result<Vec<Grant>, Error> {
+        let mut grants = Vec::new();
+        for f in &self.env_file {
+            grants.extend(envbuild::read_env_file(f)?);
+        }
+        for e in &self.env {
+            grants.push(envbuild::parse_env_arg(e)?);
+        }
+        for key in &self.pass {
+            envbuild::check_key(key)?;
+            grants.push(Grant::Pass { key: key.clone() });
+        }
+        Ok(grants)
+    }
+}
+
+/// A job name: the id alphabet, so it is safe as a path component later.
+fn job_name(job: Option<&str>, program: &OsString) -> Result<String, Error> {
+    if let Some(job) = job {
+        workspace::check_job(job)?;
+        return Ok(job.to_string());
+    }
+    let base = Path::new(program).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let mut job: String = base
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .take(workspace::MAX_RUN_ID)
+        .collect();
+    if !job.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        job.insert(0, 'j');
+        job.truncate(workspace::MAX_RUN_ID);
+    }
+    Ok(job)
+}

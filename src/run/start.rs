@@ -1,0 +1,267 @@
+//! Started: the command forked, recorded, let through its gate, watched
+//! until it ends; then its end is recorded.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use nix::sys::signalfd::SignalFd;
+use nix::sys::termios::Termios;
+
+use super::end::{exit_code, finish, not_started, record_failure};
+use super::isolation::Opened;
+use super::lease::RunLease;
+use super::prepare::Prepared;
+use super::request::Request;
+use crate::capture::Capture;
+use crate::child::{self, Watch};
+use crate::fsx::PendingSync;
+use crate::fsx::Reserved;
+use crate::manifest::{self, ChildRecord, Owner, Status};
+use crate::ports::Ports;
+use crate::procinfo;
+use crate::workspace::RunDir;
+
+/// How long a command runs before its first manifest is synced to disk.
+const FIRST_SYNC_DELAY: Duration = Duration::from_millis(20);
+
+/// How long a lease renewal waits for the run directory's lock.
+const RENEW_LOCK_WAIT: Duration = Duration::from_millis(100);
+
+/// A command that runs: its record is runws's (see [`Owner`]).
+pub(super) struct Started<'r> {
+    run: &'r RunDir,
+    req: Request,
+    pid: nix::unistd::Pid,
+    /// What was executed: the command, or runws as an isolation's init.
+    program: PathBuf,
+    record: Owner,
+    final_slot: Option<Reserved<'r>>,
+    first_sync: PendingSync,
+    gate: child::Started,
+    capture: Option<Capture>,
+    ports: Ports,
+    lease: Option<RunLease>,
+    signals: SignalFd,
+    /// The terminal's modes as runws found them when the command took the
+    /// terminal: it may change them (raw mode, echo off) and end without
+    /// putting them back.
+    terminal: Option<Option<Termios>>,
+}
+
+/// What starting gave: a command that runs, or one that never ran (its exit
+/// code, recorded).
+pub(super) enum Begun<'r> {
+    Running(Box<Started<'r>>),
+    NotRun(u8),
+}
+
+impl<'r> Prepared<'r> {
+    /// Forks the command, records it, then lets it run.
+    pub(super) fn start(self) -> anyhow::Result<Begun<'r>> {
+        let Prepared {
+            run,
+            mut req,
+            root,
+            mut m,
+            mut final_slot,
+            spec,
+            capture,
+            mut ports,
+            lease,
+            signals,
+            creating,
+        } = self;
+        let id = run.id.as_str();
+        let program = spec.program.clone();
+        let terminal = spec.foreground.then(|| nix::sys::termios::tcgetattr(std::io::stdin()).ok());
+        // Fork, record the child, then let it exec.
+        let bracket = procinfo::Bracket::open();
+        let paused = match child::spawn_paused(spec) {
+            Ok(p) => p,
+            Err(e) => return Err(record_failure(run, m, e, final_slot.take())),
+        };
+        let pid = paused.pid();
+        let start_time =
+            bracket.start_time().or_else(|| procinfo::stat(pid.as_raw()).map(|s| s.start_time)).unwrap_or(0);
+        m.child = Some(ChildRecord { pid: pid.as_raw(), pgid: pid.as_raw(), start_time });
+        // The record must exist before the command runs; reaching the disk
+        // happens while it runs.
+        let first_sync = match manifest::write_first(&run.dir, &m) {
+            Ok(t) => t,
+            Err(e) => {
+                paused.abandon();
+                // The command never ran: say why in its reserved record.
+                return Err(
+                    record_failure(run, m, e, final_slot.take()).context(format!("cannot record run `{id}`"))
+                );
+            }
+        };
+        // The record names the run now: the creation lock goes. Dropping it
+        // unlocks the open file description, so a copy of the descriptor in
+        // a child that has not executed yet (a sandbox's init never does)
+        // holds nothing.
+        drop(creating);
+        // From here on every write of runws's puts back the fields it owns:
+        // the command may have edited the file (see [`manifest::Owner`]).
+        let mut record = Owner::new(m);
+        if !req.listen {
+            // The command binds these ports itself; the ledger still holds them.
+            ports.close_sockets();
+        }
+        let gate = match paused.open_gate(&program) {
+            Ok(s) => s,
+            Err(e) => return Ok(Begun::NotRun(not_started(run, &mut record, e, final_slot.take()))),
+        };
+        let opened = Opened { run, root: &root, allow_import: &req.allow_import, lease: lease.as_ref() };
+        req.isolation.opened(&opened);
+        // While the command starts on another core: the temp file of the
+        // final record is made durable now, so that only its bytes remain to
+        // write when the command ends.
+        if let Some(Err(e)) = final_slot.as_ref().map(Reserved::sync_entry) {
+            eprintln!(
+                "runws: warning: the final record's temp file of run `{id}` did not reach the disk: {e}"
+            );
+        }
+        match req.isolation.started() {
+            Ok(Some(note)) => {
+                let r = record.update(&run.dir, false, |m| {
+                    note(m);
+                    Ok(())
+                });
+                if let Err(e) = r {
+                    eprintln!("runws: warning: cannot record how run `{id}` was isolated: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = nix::sys::wait::waitpid(pid, None);
+                return Ok(Begun::NotRun(not_started(run, &mut record, e, final_slot.take())));
+            }
+        }
+        Ok(Begun::Running(Box::new(Started {
+            run,
+            req,
+            pid,
+            program,
+            record,
+            final_slot,
+            first_sync,
+            gate,
+            capture,
+            ports,
+            lease,
+            signals,
+            terminal,
+        })))
+    }
+}
+
+impl Started<'_> {
+    /// Watches the command until it ends (forwarding signals, enforcing the
+    /// timeout, renewing the lease), then records its end; returns the exit
+    /// code runws reports.
+    pub(super) fn watch(self) -> anyhow::Result<u8> {
+        let Started {
+            run,
+            req,
+            pid,
+            program,
+            mut record,
+            mut final_slot,
+            first_sync,
+            gate,
+            capture,
+            mut ports,
+            mut lease,
+            signals,
+            terminal,
+        } = self;
+        let Request { mut isolation, lease_ttl: ttl, timeout, kill_after, .. } = req;
+        let id = run.id.as_str();
+        let tees = capture.map(|c| c.start());
+        let run_dir = &run.dir;
+        let mut warned = false;
+        let mut renew = || {
+            let lost_at = lease.as_mut().and_then(|l| l.renew());
+            // Never blocked for long by a lock the command holds (see
+            // `Owner::update_within`): a skipped renewal is tried again next time.
+            let r = record.update_within(run_dir, RENEW_LOCK_WAIT, |m| {
+                if m.status == Status::Running {
+                    m.lease_until = manifest::now_plus(ttl);
+                }
+                if let (Some(at), Some(rec)) =
+                    (&lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
+                {
+                    rec.insert("lost_at".into(), at.clone().into());
+                }
+                Ok(())
+            });
+            if let (Err(e), false) = (r, warned) {
+                warned = true;
+                eprintln!(
+                    "runws: warning: cannot renew the lease of run `{}`: {e}",
+                    run_dir.path().display()
+                );
+            }
+        };
+        let outcome = child::watch(
+            pid,
+            Watch {
+                signals: &signals,
+                timeout,
+                kill_after,
+                renew_every: ttl / 3,
+                // The first record reaches the disk once the command has run
+                // a moment; a command that ends sooner is covered by the
+                // final, durable record instead.
+                once_after: Some((
+                    FIRST_SYNC_DELAY,
+                    Box::new(|| {
+                        if let Err(e) = first_sync.sync() {
+                            eprintln!(
+                                "runws: warning: the first record of run `{id}` did not reach the disk: {e}"
+                            );
+                        }
+                    }),
+                )),
+                renew: &mut renew,
+                ended: isolation.end_report(),
+            },
+        );
+        if let Some(modes) = terminal {
+            restore_foreground(modes.as_ref());
+        }
+        if let Some(tees) = tees {
+            tees.join(Duration::from_secs(2));
+        }
+        let mut outcome = outcome?;
+        if let Some(e) = gate.exec_error(&program) {
+            return Ok(not_started(run, &mut record, e, final_slot.take()));
+        }
+        isolation.ended(run, &mut outcome);
+        let code = exit_code(&outcome);
+        // A lease lost while the command ran is found now at the latest,
+        // however quickly the command ended after runws was stopped or starved.
+        let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
+        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at)
+            .with_context(|| format!("cannot record the end of run `{id}`"))?;
+        if record.record().extra.contains_key(manifest::RESTORED) {
+            eprintln!(
+                "runws: warning: the manifest of run `{id}` was changed by its command; runws put back what it records itself (see `restored` in the manifest)"
+            );
+        }
+        ports.release();
+        drop(lease);
+        Ok(code)
+    }
+}
+
+/// Takes the terminal back after the command's group held it. SIGTTOU is
+/// blocked in runws, so this cannot stop runws.
+fn restore_foreground(modes: Option<&Termios>) {
+    let _ = rustix::termios::tcsetpgrp(std::io::stdin(), rustix::process::getpgrp());
+    if let Some(modes) = modes {
+        let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSADRAIN, modes);
+    }
+}
