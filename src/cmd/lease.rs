@@ -208,7 +208,7 @@ pub struct RunLease {
 impl RunLease {
     /// Takes the lease before the command starts.
     pub fn acquire(
-        root: &Path,
+        root: &workspace::Root,
         store: Option<&str>,
         key: &str,
         run_id: &str,

@@ -18,7 +18,7 @@ use crate::osname::OsName;
 use crate::procinfo;
 use crate::shown;
 use crate::spool;
-use crate::workspace::{self, RunDir};
+use crate::workspace::{self, Root, RunDir};
 
 /// The manifest field listing the guard calls refused by `--allow-import`.
 pub const REFUSED: &str = "refused";
@@ -51,25 +51,17 @@ enum Caller {
 /// when given), and its manifest as read now.
 pub(crate) fn locate(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<(RunDir, Manifest)> {
     workspace::check_run_id(run_id).map_err(|e| Error::NotInRun { why: e.to_string() })?;
-    let mismatch = || Error::NotInRun {
+    let derived_root = Root::of_run_dir(run_dir, run_id).ok_or_else(|| Error::NotInRun {
         why: format!("RUNWS_DIR `{}` is not the directory of run `{run_id}`", run_dir.display()),
-    };
-    if !run_dir.is_absolute() || run_dir.file_name().and_then(|n| n.to_str()) != Some(run_id) {
-        return Err(mismatch());
-    }
-    let runs = run_dir.parent().ok_or_else(mismatch)?;
-    if runs.file_name().and_then(|n| n.to_str()) != Some("runs") {
-        return Err(mismatch());
-    }
-    let derived_root = runs.parent().ok_or_else(mismatch)?;
+    })?;
     if let Some(r) = root
-        && r != derived_root
+        && r != derived_root.path()
     {
         return Err(Error::NotInRun {
             why: format!("RUNWS_DIR `{}` is not under RUNWS_ROOT `{}`", run_dir.display(), r.display()),
         });
     }
-    let run = RunDir::open(derived_root, run_id)?;
+    let run = RunDir::open(&derived_root, run_id)?;
     let m = manifest::read(&run.dir)?;
     Ok((run, m))
 }

@@ -26,6 +26,7 @@ use super::{Lane, Step, allowed, git_clean, git_out, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::seal::scan;
+use crate::workspace::Root;
 
 /// What the review was asked to do.
 pub struct ReviewOptions {
@@ -44,7 +45,7 @@ const MINIMAL_GIT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilem
 
 /// Reviews `kit`: restores it, shows its diff, runs its eval in a clean
 /// run, and records the result on the lane's card.
-pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
+pub fn review(root: &Root, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
     if crate::restore::in_quarantine(kit) {
         return Err(Error::LaneRefused(format!(
             "`{}` is a quarantine kit: it failed the secret scan and is never reviewed",
@@ -52,7 +53,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         )));
     }
     let sha = crate::restore::verify(kit)?;
-    let reviews = root.join("restores");
+    let reviews = root.restores();
     crate::fsx::create_private_dirs(&reviews).ctx("cannot create", &reviews)?;
     let tmp = tempfile::Builder::new()
         .prefix("review-")
@@ -90,7 +91,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
     let status = std::process::Command::new(exe)
         .arg("--root")
-        .arg(root)
+        .arg(root.path())
         .args(["run", "--run-id", &run_id, "--job", &format!("{}-review", lane.name), "--ports", "0"])
         .arg("--timeout")
         // 0 is no timeout, in `runws run` as here.

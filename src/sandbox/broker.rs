@@ -49,7 +49,7 @@ use crate::guard::local::Local;
 use crate::guard::wire::{self, MAX_PUBLISH, MAX_REQUEST, Reply, Request, SOCKET};
 use crate::spool::Spool;
 use crate::store::{self, PublishOutcome, Store};
-use crate::workspace::RunDir;
+use crate::workspace::{Root, RunDir};
 
 /// Calls served at once; a further connection waits for one to end.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -94,7 +94,7 @@ impl Server {
         self,
         run_dir: PathBuf,
         id: String,
-        root: PathBuf,
+        root: Root,
         allow_import: Vec<String>,
         lease: Option<RunLease>,
     ) {
@@ -120,7 +120,7 @@ impl Server {
 struct Served {
     run_dir: PathBuf,
     id: String,
-    root: PathBuf,
+    root: Root,
     allow: Vec<String>,
     lease: Option<Leased>,
 }

@@ -414,7 +414,7 @@ fn prepare(
     grants: Vec<Grant>,
     fence: Option<(String, u64, String)>,
     run: &RunDir,
-    root: &Path,
+    root: &workspace::Root,
     job: &str,
     invoked_from: &Path,
     m: &mut Manifest,
@@ -428,7 +428,7 @@ fn prepare(
     m.inputs = fingerprint::copy_inputs(&args.inputs, &inputs)?;
     m.input_fingerprint = fingerprint::combine(&m.inputs);
 
-    *ports = ports::reserve(args.ports, &args.port_host, &root.join("store").join(ports::LEDGER))?;
+    *ports = ports::reserve(args.ports, &args.port_host, &root.ports_ledger())?;
     m.ports = ports.records.clone();
 
     let prefix = workspace::prefix_for(&run.id);
@@ -483,7 +483,7 @@ fn prepare(
             &run.path().join("repo"),
             &format!("runws/{}", run.id),
             &args.base,
-            &root.join("store").join("locks"),
+            &root.store_locks(),
         )?;
         let now = manifest::format_time(SystemTime::now());
         let repo = Some(added.repo.display().to_string());
