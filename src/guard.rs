@@ -6,9 +6,8 @@
 //! when the run is opened: [`Local`], by the calling process itself (a plain
 //! run), or [`Remote`], by runws over the run's socket (a sandboxed run,
 //! whose command can neither see runws nor write its manifest). Every call
-//! first proves it belongs to a live run: the
-//! environment's `RUNWS_DIR` and `RUNWS_RUN_ID` agree, the manifest there
-//! names that run, the run is `running`, its runws process is alive (pid and
+//! first proves it belongs to a live run: the environment's `RUNWS_DIR` and
+//! `RUNWS_RUN_ID` agree, the manifest there names that run, the run is `running`, its runws process is alive (pid and
 //! start time), and the caller descends from that process (each parent
 //! checked by its start time, so a reused pid is no ancestor; runws is a
 //! child subreaper, so the command's orphans stay its descendants). Sitting
