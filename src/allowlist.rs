@@ -14,7 +14,7 @@
 //! sandboxed run, as `allow_import` at the top of a plain one.
 
 use crate::error::{Error, Result};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, SANDBOX_FIELD};
 use crate::workspace;
 
 /// The manifest field (top level, or in the `sandbox` record) that holds it.
@@ -42,7 +42,7 @@ pub fn check(entries: &[String]) -> Result<()> {
 /// (a plain run without `--allow-import`). A sandboxed run's record without
 /// a list allows nothing; an entry that is not a string is ignored.
 pub fn recorded(m: &Manifest) -> Option<Vec<String>> {
-    let list = match m.extra.get(crate::sandbox::RECORD_FIELD) {
+    let list = match m.extra.get(SANDBOX_FIELD) {
         Some(sandbox) => sandbox.get(FIELD).cloned().unwrap_or_default(),
         None => m.extra.get(FIELD)?.clone(),
     };

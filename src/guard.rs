@@ -1,10 +1,13 @@
 //! The guard: what a command calls, from inside its run, to write outputs
 //! stamped with its run id and to read only its own.
 //!
-//! `runws put/get/has/import/info` and this library share one
-//! implementation. Every call first proves it belongs to a live run: the
-//! environment's `RUNWS_DIR` and `RUNWS_RUN_ID` agree, the manifest there
-//! names that run, the run is `running`, its runws process is alive (pid and
+//! `runws put/get/has/import/info/claim` and this library share one
+//! implementation, the trait [`Calls`], performed one of two ways, chosen
+//! when the run is opened: [`Local`], by the calling process itself (a plain
+//! run), or [`Remote`], by runws over the run's socket (a sandboxed run,
+//! whose command can neither see runws nor write its manifest). Every call
+//! first proves it belongs to a live run: the environment's `RUNWS_DIR` and
+//! `RUNWS_RUN_ID` agree, the manifest there names that run, the run is `running`, its runws process is alive (pid and
 //! start time), and the caller descends from that process (each parent
 //! checked by its start time, so a reused pid is no ancestor; runws is a
 //! child subreaper, so the command's orphans stay its descendants). Sitting
@@ -29,59 +32,34 @@
 //! ```
 
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
-use crate::allowlist;
-use crate::error::{Error, IoContext, Result};
-use crate::fingerprint::{self, copy_and_hash, hash_reader};
-use crate::fsx::{self, Dir};
-use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
-use crate::osname::OsName;
-use crate::procinfo;
-use crate::sandbox::broker::client as broker;
-use crate::shown;
-use crate::spool;
-use crate::workspace::{self, RunDir};
+use crate::error::{Error, Result};
+use crate::manifest::{Claim, InputRecord, Manifest};
 
-/// The manifest field listing the guard calls refused by `--allow-import`.
-pub const REFUSED: &str = "refused";
-/// At most this many refusals are listed; the last entry is the latest.
-const MAX_REFUSED: usize = 100;
-/// The longest value or repository a claim records, in bytes (a path's
-/// limit): the command chooses them, and the record must stay readable.
-pub const MAX_CLAIM_BYTES: usize = 4096;
-/// The most claims one run holds.
-pub const MAX_CLAIMS: usize = 1000;
+pub(crate) mod calls;
+pub(crate) mod local;
+pub(crate) mod remote;
+pub(crate) mod wire;
 
-/// What a write did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Written {
-    /// New bytes were written and recorded.
-    New(OutputRecord),
-    /// The same bytes were already recorded: nothing was rewritten.
-    Unchanged(OutputRecord),
-}
+use calls::Calls;
+pub use calls::Written;
+use local::Local;
+pub use local::{MAX_CLAIM_BYTES, MAX_CLAIMS, REFUSED};
+use remote::Remote;
 
 /// A handle on the current run, for the command running inside it.
 #[derive(Debug)]
 pub struct Guard {
-    run: RunDir,
     via: Via,
 }
 
-/// Who performs the calls, and whose membership in the run is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who performs the calls.
+#[derive(Debug)]
 enum Via {
-    /// This process, checked against `/proc` (a plain run).
-    Local,
-    /// runws, over the run's socket (a sandboxed run: see
-    /// [`crate::sandbox::broker`]); runws makes the check from outside.
-    Broker,
-    /// runws itself, on behalf of the process with this pid.
-    Peer(i32),
+    Local(Local),
+    Remote(Remote),
 }
 
 fn env_str(key: &str) -> Result<Option<String>> {
@@ -108,162 +86,53 @@ impl Guard {
         Guard::open(Path::new(&dir), &id, root.as_deref())
     }
 
-    /// The run in `run_dir`, which must be `ROOT/runs/<run_id>`.
+    /// The run in `run_dir`, which must be `ROOT/runs/<run_id>`. A run with
+    /// a `sandbox` record is served by runws over its socket; any other
+    /// must count this process among its own.
     pub fn open(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<Guard> {
-        Guard::open_via(run_dir, run_id, root, Via::Local)
-    }
-
-    /// The run in `run_dir`, for calls runws makes on behalf of process
-    /// `pid` (which must belong to the run, as for [`Guard::open`]).
-    pub fn open_for_peer(run_dir: &Path, run_id: &str, root: Option<&Path>, pid: i32) -> Result<Guard> {
-        Guard::open_via(run_dir, run_id, root, Via::Peer(pid))
-    }
-
-    fn open_via(run_dir: &Path, run_id: &str, root: Option<&Path>, via: Via) -> Result<Guard> {
-        workspace::check_run_id(run_id).map_err(|e| Error::NotInRun { why: e.to_string() })?;
-        let mismatch = || Error::NotInRun {
-            why: format!("RUNWS_DIR `{}` is not the directory of run `{run_id}`", run_dir.display()),
+        let (run, m) = local::locate(run_dir, run_id, root)?;
+        let via = if crate::sandbox::record_of(&m).is_some() {
+            Via::Remote(Remote::new(&run))
+        } else {
+            Via::Local(Local::for_this(run, &m)?)
         };
-        if !run_dir.is_absolute() || run_dir.file_name().and_then(|n| n.to_str()) != Some(run_id) {
-            return Err(mismatch());
-        }
-        let runs = run_dir.parent().ok_or_else(mismatch)?;
-        if runs.file_name().and_then(|n| n.to_str()) != Some("runs") {
-            return Err(mismatch());
-        }
-        let derived_root = runs.parent().ok_or_else(mismatch)?;
-        if let Some(r) = root
-            && r != derived_root
-        {
-            return Err(Error::NotInRun {
-                why: format!("RUNWS_DIR `{}` is not under RUNWS_ROOT `{}`", run_dir.display(), r.display()),
-            });
-        }
-        let run = RunDir::open(derived_root, run_id)?;
-        let m = manifest::read(&run.dir)?;
-        let via =
-            if via == Via::Local && crate::sandbox::record_of(&m).is_some() { Via::Broker } else { via };
-        let guard = Guard { run, via };
-        if via != Via::Broker {
-            guard.check_live(&m)?;
-        }
-        Ok(guard)
+        Ok(Guard { via })
     }
 
-    /// True when runws performs this run's calls over its socket (the run
-    /// is sandboxed).
-    pub fn is_brokered(&self) -> bool {
-        self.via == Via::Broker
+    fn calls(&self) -> &dyn Calls {
+        match &self.via {
+            Via::Local(l) => l,
+            Via::Remote(r) => r,
+        }
+    }
+
+    /// The socket runws serves this run on, when the run is sandboxed: it
+    /// also carries the run's `publish` and `lease` calls.
+    pub(crate) fn into_remote(self) -> Option<Remote> {
+        match self.via {
+            Via::Remote(r) => Some(r),
+            Via::Local(_) => None,
+        }
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run.id
+        self.calls().run_id()
     }
 
     pub fn dir(&self) -> &Path {
-        self.run.path()
+        self.calls().dir()
     }
 
     /// The current manifest, after checking that the caller belongs to this
     /// live run.
     pub fn manifest(&self) -> Result<Manifest> {
-        if self.via == Via::Broker {
-            return broker::manifest(self.dir());
-        }
-        let m = manifest::read(&self.run.dir)?;
-        self.check_live(&m)?;
-        Ok(m)
-    }
-
-    fn check_live(&self, m: &Manifest) -> Result<()> {
-        let id = &self.run.id;
-        if &m.run_id != id {
-            return Err(Error::NotInRun {
-                why: format!(
-                    "the manifest in `{}` names run `{}`, not `{id}`",
-                    self.dir().display(),
-                    m.run_id
-                ),
-            });
-        }
-        if m.status != Status::Running {
-            return Err(Error::RunNotLive { run: id.clone(), why: format!("it is {}", m.status.as_str()) });
-        }
-        if m.host != procinfo::hostname() {
-            return Err(Error::RunNotLive { run: id.clone(), why: format!("it runs on host `{}`", m.host) });
-        }
-        if !procinfo::is_same_process(m.runws.pid, m.runws.start_time) {
-            return Err(Error::RunNotLive {
-                run: id.clone(),
-                why: format!("its runws process {} is gone", m.runws.pid),
-            });
-        }
-        let caller = match self.via {
-            Via::Peer(pid) => pid,
-            Via::Local | Via::Broker => std::process::id() as i32,
-        };
-        // Descent only: a process group can be joined by any process of the
-        // same session (another run's among them), a parent cannot be chosen.
-        if !procinfo::pid_belongs_to(caller, m.runws.pid, m.runws.start_time) {
-            return Err(Error::NotInRun { why: format!("this process is not part of run `{id}`") });
-        }
-        Ok(())
-    }
-
-    fn outputs(&self) -> Result<Dir> {
-        self.run.sub("outputs")
-    }
-
-    fn file_name(&self, name: &OsStr) -> OsName {
-        OsName::from(name).joined(".", &self.run.id)
+        self.calls().manifest()
     }
 
     /// Writes output `name` from `reader`: `outputs/<name>.<run_id>`,
     /// atomically, recorded with its bytes and sha256.
     pub fn put(&self, name: impl AsRef<OsStr>, reader: &mut (impl Read + Send)) -> Result<Written> {
-        let name = name.as_ref();
-        fsx::check_name(name)?;
-        if self.via == Via::Broker {
-            return broker::put(self.dir(), name, reader);
-        }
-        self.manifest()?;
-        let outputs = self.outputs()?;
-        let file = self.file_name(name);
-        let (tmp, mut f) = outputs.create_temp(&file, 0o644)?;
-        let staged = copy_and_hash(reader, &mut f).and_then(|r| f.sync_all().map(|()| r));
-        drop(f);
-        let (bytes, sha256) = match staged {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = outputs.unlink(&tmp);
-                return Err(Error::io("cannot write output", outputs.join(&file), e));
-            }
-        };
-        let result = manifest::update(&self.run.dir, true, |m| {
-            self.check_live(m)?;
-            if let Some(old) = m.output(name)
-                && old.sha256 == sha256
-                && self.on_disk_matches(&outputs, old)?
-            {
-                return Ok(Written::Unchanged(old.clone()));
-            }
-            outputs.rename(&tmp, &file)?;
-            outputs.sync()?;
-            let record = OutputRecord {
-                name: name.into(),
-                file: file.clone(),
-                bytes,
-                sha256: sha256.clone(),
-                written_at: manifest::format_time(SystemTime::now()),
-            };
-            m.outputs.retain(|o| o.name != *name);
-            m.outputs.push(record.clone());
-            Ok(Written::New(record))
-        });
-        // Whatever happened, the temp file must not linger (after a rename
-        // it no longer exists and this is a no-op).
-        let _ = outputs.unlink(&tmp);
-        result
+        self.calls().put(name.as_ref(), reader)
     }
 
     /// [`Guard::put`] from a byte slice.
@@ -271,70 +140,10 @@ impl Guard {
         self.put(name, &mut std::io::Cursor::new(bytes))
     }
 
-    fn on_disk_matches(&self, outputs: &Dir, rec: &OutputRecord) -> Result<bool> {
-        match outputs.open_read(&rec.file)? {
-            None => Ok(false),
-            Some(mut f) => {
-                let (_, sha) = hash_reader(&mut f).ctx("cannot read", outputs.join(&rec.file))?;
-                Ok(sha == rec.sha256)
-            }
-        }
-    }
-
-    /// Opens this run's output `name` for reading, with its record and path.
-    fn open_output(&self, name: &OsStr) -> Result<(File, OutputRecord, PathBuf)> {
-        fsx::check_name(name)?;
-        let m = self.manifest()?;
-        let rec = m
-            .output(name)
-            .cloned()
-            .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: shown::os(name) })?;
-        let outputs = self.outputs()?;
-        let path = outputs.join(&rec.file);
-        let Some(f) = outputs.open_read(&rec.file)? else {
-            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: "no file".into() });
-        };
-        Ok((f, rec, path))
-    }
-
     /// Copies output `name` of this run to `out`. `from` may only name this
     /// run: reading another run's output is refused.
     pub fn get(&self, name: impl AsRef<OsStr>, from: Option<&str>, out: &mut impl Write) -> Result<u64> {
-        let name = name.as_ref();
-        if self.via == Via::Broker {
-            fsx::check_name(name)?;
-            return broker::get(self.dir(), name, from, out);
-        }
-        let (copy, _, path) = self.verified_copy(name, from, spool::IN_MEMORY)?;
-        copy.copy_to(out).ctx("cannot copy output", &path)
-    }
-
-    /// Output `name` of this run, read once into a private copy (at most
-    /// `in_memory` bytes of it in memory) whose hash is the recorded one,
-    /// with its length and path: only that copy is handed on, since the
-    /// file itself may be rewritten in place at any moment. `from` may only
-    /// name this run.
-    pub(crate) fn verified_copy(
-        &self,
-        name: &OsStr,
-        from: Option<&str>,
-        in_memory: usize,
-    ) -> Result<(spool::Spool, u64, PathBuf)> {
-        if let Some(other) = from
-            && other != self.run.id
-        {
-            return Err(Error::CrossRunRead {
-                current: self.run.id.clone(),
-                other: shown::text(other),
-                name: shown::os(name),
-            });
-        }
-        let (mut f, rec, path) = self.open_output(name)?;
-        let (copy, bytes, sha) = spool::read_hashed_within(&mut f, in_memory).ctx("cannot read", &path)?;
-        if sha != rec.sha256 {
-            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
-        }
-        Ok((copy, bytes, path))
+        self.calls().get(name.as_ref(), from, out)
     }
 
     /// The bytes of output `name` of this run.
@@ -346,23 +155,7 @@ impl Guard {
 
     /// True only if this run recorded `name` and its bytes still match.
     pub fn has(&self, name: impl AsRef<OsStr>) -> Result<bool> {
-        let name = name.as_ref();
-        if self.via == Via::Broker {
-            fsx::check_name(name)?;
-            return broker::has(self.dir(), name);
-        }
-        let checked = self.open_output(name).and_then(|(mut f, rec, path)| {
-            let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
-            if sha != rec.sha256 {
-                return Err(Error::Integrity { path, expected: rec.sha256, found: sha });
-            }
-            Ok(())
-        });
-        match checked {
-            Ok(()) => Ok(true),
-            Err(Error::NotProduced { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.calls().has(name.as_ref())
     }
 
     /// Copies output `name` of the finished run `run` into
@@ -371,138 +164,7 @@ impl Guard {
     /// `--allow-import` names, when it has such a list (see
     /// [`crate::allowlist`]); a refusal is exit 3 and recorded.
     pub fn import(&self, run: &str, name: impl AsRef<OsStr>) -> Result<InputRecord> {
-        self.import_within(run, name, None)
-    }
-
-    /// [`Guard::import`] held to `allowed` (runws's own copy of a sandboxed
-    /// run's list) instead of the list the manifest records.
-    pub fn import_within(
-        &self,
-        run: &str,
-        name: impl AsRef<OsStr>,
-        allowed: Option<&[String]>,
-    ) -> Result<InputRecord> {
-        let name = name.as_ref();
-        fsx::check_name(name)?;
-        workspace::check_run_id(run)?;
-        if self.via == Via::Broker {
-            return broker::import(self.dir(), run, name);
-        }
-        let m = self.manifest()?;
-        let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: shown::os(name), why };
-        if run == self.run.id {
-            return Err(refuse("a run cannot import its own output; use `runws get`".into()));
-        }
-        if let Some(list) = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m)) {
-            self.check_allowed(&list, run, name)?;
-        }
-        let producer = RunDir::open(&self.run.root, run)?;
-        let pm = manifest::read(&producer.dir)?;
-        if pm.status != Status::Succeeded {
-            return Err(refuse(format!(
-                "run `{run}` is {}; only a succeeded run can be imported from",
-                pm.status.as_str()
-            )));
-        }
-        let rec = pm
-            .output(name)
-            .cloned()
-            .ok_or_else(|| refuse(format!("run `{run}` did not produce `{}`", shown::os(name))))?;
-        let src_dir = producer.sub("outputs")?;
-        let src_path = src_dir.join(&rec.file);
-        let Some(mut src) = src_dir.open_read(&rec.file)? else {
-            return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: "no file".into() });
-        };
-        let inputs = self.run.sub("inputs")?;
-        inputs.mkdir_if_missing(run, 0o755)?;
-        let into = inputs.sub(run)?;
-        let (tmp, mut f) = into.create_temp(name, 0o644)?;
-        let copied = copy_and_hash(&mut src, &mut f).and_then(|r| f.sync_all().map(|()| r));
-        drop(f);
-        let (bytes, sha256) = match copied {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = into.unlink(&tmp);
-                return Err(Error::io("cannot import", src_path, e));
-            }
-        };
-        if sha256 != rec.sha256 {
-            let _ = into.unlink(&tmp);
-            return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: sha256 });
-        }
-        let path = OsName::from(run).joined("/", name);
-        let record = InputRecord {
-            path: path.clone(),
-            kind: "file".into(),
-            bytes,
-            sha256,
-            from_run: Some(run.to_string()),
-            from_output: Some(name.into()),
-        };
-        let result = manifest::update(&self.run.dir, true, |m| {
-            self.check_live(m)?;
-            into.rename(&tmp, name)?;
-            into.sync()?;
-            m.inputs.retain(|i| i.path != path);
-            m.inputs.push(record.clone());
-            m.inputs.sort_by(|a, b| a.path.cmp(&b.path));
-            m.input_fingerprint = fingerprint::combine(&m.inputs);
-            Ok(record)
-        });
-        let _ = into.unlink(&tmp);
-        result
-    }
-
-    /// Refuses (exit 3), and records the refusal, unless `list` names run
-    /// `run` or the job of that run (which must have succeeded). Whether the
-    /// run exists is not told apart from whether it is allowed.
-    fn check_allowed(&self, list: &[String], run: &str, name: &OsStr) -> Result<()> {
-        if allowlist::names_run(list, run) {
-            return Ok(());
-        }
-        if allowlist::has_jobs(list)
-            && let Ok(producer) = RunDir::open(&self.run.root, run)
-            && let Ok(pm) = manifest::read(&producer.dir)
-            && pm.status == Status::Succeeded
-            && allowlist::names_job(list, &pm.job)
-        {
-            return Ok(());
-        }
-        let refusal = Error::ImportNotAllowed {
-            current: self.run.id.clone(),
-            other: run.to_string(),
-            name: shown::os(name),
-            allowed: allowlist::describe(list),
-        };
-        Err(self.record_refusal("import", run, name, refusal))
-    }
-
-    /// Records a cross-run call refused with exit 3 in the manifest's
-    /// `refused` list (when, the call, the run asked for, the name, why)
-    /// and returns the refusal, or why it could not be recorded.
-    pub(crate) fn record_refusal(&self, call: &str, run: &str, name: &OsStr, refusal: Error) -> Error {
-        let entry = serde_json::json!({
-            "at": manifest::format_time(SystemTime::now()),
-            "call": call,
-            "run": run,
-            "name": OsName::from(name),
-            "why": refusal.to_string(),
-        });
-        let recorded = manifest::update(&self.run.dir, true, |m| {
-            self.check_live(m)?;
-            let mut list = match m.extra.remove(REFUSED) {
-                Some(serde_json::Value::Array(a)) => a,
-                _ => Vec::new(),
-            };
-            list.truncate(MAX_REFUSED - 1);
-            list.push(entry);
-            m.extra.insert(REFUSED.into(), list.into());
-            Ok(())
-        });
-        match recorded {
-            Ok(()) => refusal,
-            Err(e) => e,
-        }
+        self.calls().import(run, name.as_ref())
     }
 
     /// Records something this run created outside plain files of its own
@@ -516,109 +178,6 @@ impl Guard {
     /// numbers mean nothing outside the PID namespace, and every process of
     /// a sandboxed run ends with the run anyway.
     pub fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
-        if self.via == Via::Broker {
-            return broker::claim(self.dir(), kind, value, repo);
-        }
-        let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
-        let absolute = |p: &Path| cwd.join(p).display().to_string();
-        let too_long = |what: &str, len: usize| {
-            Error::Usage(format!(
-                "cannot claim {kind}: its {what} is {len} bytes; a claim is at most {MAX_CLAIM_BYTES} bytes"
-            ))
-        };
-        if value.len() > MAX_CLAIM_BYTES {
-            return Err(too_long("value", value.len()));
-        }
-        let bad = |why: &str| Error::Usage(format!("cannot claim {kind} `{}`: {why}", value.escape_debug()));
-        if value.is_empty() || value.contains('\0') {
-            return Err(bad("empty or holds NUL"));
-        }
-        let mut claim = Claim {
-            kind: kind.to_string(),
-            value: value.to_string(),
-            repo: None,
-            start_time: None,
-            claimed_at: manifest::format_time(SystemTime::now()),
-            made_by_runws: false,
-        };
-        match kind {
-            "path" => claim.value = absolute(Path::new(value)),
-            "branch" | "worktree" => {
-                let repo_dir = absolute(repo.unwrap_or(Path::new(".")));
-                if repo_dir.len() > MAX_CLAIM_BYTES {
-                    return Err(too_long("repository", repo_dir.len()));
-                }
-                if kind == "branch" {
-                    if !crate::worktree::plain_branch_name(value) {
-                        return Err(bad("not a branch name"));
-                    }
-                    if !crate::worktree::branch_is_the_runs(&self.run.id, value) {
-                        return Err(bad(&format!(
-                            "not a name runws gives run `{}`: use `runws/<run id>`, or a name starting with `$RUNWS_PREFIX` ({})",
-                            self.run.id,
-                            crate::workspace::prefix_for(&self.run.id)
-                        )));
-                    }
-                    crate::git::dirs(Path::new(&repo_dir))
-                        .map_err(|e| bad(&format!("`{repo_dir}` is not a git repository ({e})")))?;
-                } else {
-                    claim.value = absolute(Path::new(value));
-                    match crate::worktree::owned(&self.run, &claim.value, Path::new(&repo_dir)) {
-                        Ok(crate::worktree::Owned::Present { .. }) => {}
-                        Ok(_) => return Err(bad("no such worktree")),
-                        Err(why) => return Err(bad(why.message())),
-                    }
-                }
-                claim.repo = Some(repo_dir);
-            }
-            "pgid" => {
-                let pgid: i32 =
-                    value.parse().ok().filter(|p| *p > 1).ok_or_else(|| bad("not a process group id"))?;
-                claim.value = pgid.to_string();
-            }
-            _ => {
-                return Err(Error::Usage(format!(
-                    "cannot claim `{kind}`: use path, branch, worktree or pgid"
-                )));
-            }
-        }
-        // Made absolute, a value or repository may have grown past the limit.
-        for (what, v) in [("value", Some(&claim.value)), ("repository", claim.repo.as_ref())] {
-            if let Some(v) = v
-                && v.len() > MAX_CLAIM_BYTES
-            {
-                return Err(too_long(what, v.len()));
-            }
-        }
-        manifest::update(&self.run.dir, true, |m| {
-            self.check_live(m)?;
-            let held = m
-                .claims
-                .iter()
-                .any(|c| c.kind == claim.kind && c.value == claim.value && c.repo == claim.repo);
-            if !held && m.claims.len() >= MAX_CLAIMS {
-                return Err(Error::Usage(format!(
-                    "cannot claim {kind}: run `{}` already holds {MAX_CLAIMS} claims, the most a run holds",
-                    self.run.id
-                )));
-            }
-            if claim.kind == "pgid" {
-                // Only a group the run made: its leader and every member
-                // descend from this run's runws. The leader's start time is
-                // kept so a reused id is not taken for it at reap time.
-                let pgid: i32 = claim.value.parse().map_err(|_| bad("not a process group id"))?;
-                let leader = crate::pgroup::claimable(pgid, m.runws.pid, m.runws.start_time, &m.run_id)
-                    .map_err(|why| bad(&why))?;
-                claim.start_time = Some(leader);
-            }
-            if !m
-                .claims
-                .iter()
-                .any(|c| c.kind == claim.kind && c.value == claim.value && c.repo == claim.repo)
-            {
-                m.claims.push(claim.clone());
-            }
-            Ok(claim)
-        })
+        self.calls().claim(kind, value, repo)
     }
 }

@@ -29,6 +29,11 @@ pub use owned::{Owner, RESTORED};
 /// The manifest schema this runws writes.
 pub const SCHEMA: u32 = 1;
 
+/// The field (kept in [`Manifest::extra`]) holding a sandboxed run's
+/// record: read by the sandbox, and by the guard and `--allow-import` to
+/// tell a sandboxed run from a plain one.
+pub const SANDBOX_FIELD: &str = "sandbox";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {

@@ -28,7 +28,6 @@
 //! newcomer proven by descent from a member, and then all are killed.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,7 +38,7 @@ use nix::unistd::Pid;
 use crate::fsx::Dir;
 use crate::manifest::{self, Manifest, Status};
 use crate::procinfo::{self, Pidfd};
-use crate::workspace;
+use crate::workspace::Root;
 
 /// One process, as `/proc/<pid>/stat` showed it.
 #[derive(Debug, Clone, Copy)]
@@ -56,13 +55,13 @@ pub struct Procs {
     all: HashMap<i32, Proc>,
     by_pgid: HashMap<i32, Vec<i32>>,
     /// The root whose live runs' runws processes are protected.
-    root: Option<PathBuf>,
+    root: Option<Root>,
     live_runws: OnceLock<HashSet<(i32, u64)>>,
 }
 
 impl Procs {
     /// Reads every live (not zombie) process once.
-    pub fn scan(root: Option<&Path>) -> Procs {
+    pub fn scan(root: Option<&Root>) -> Procs {
         let own = procinfo::own_name();
         let mut all = HashMap::new();
         let mut by_pgid: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -79,7 +78,7 @@ impl Procs {
                 by_pgid.entry(s.pgid).or_default().push(pid);
             }
         }
-        Procs { all, by_pgid, root: root.map(Path::to_path_buf), live_runws: OnceLock::new() }
+        Procs { all, by_pgid, root: root.cloned(), live_runws: OnceLock::new() }
     }
 
     /// True while process group `pgid` has a live member.
@@ -97,7 +96,7 @@ impl Procs {
         self.live_runws.get_or_init(|| {
             let mut set = HashSet::new();
             let Some(root) = &self.root else { return set };
-            let Ok(runs) = workspace::runs_dir(root, false) else { return set };
+            let Ok(runs) = root.runs_dir(false) else { return set };
             let host = procinfo::hostname();
             for id in runs.entries().unwrap_or_default() {
                 let Ok(dir) = runs.sub(&id) else { continue };

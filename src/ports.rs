@@ -19,9 +19,6 @@ use nix::fcntl::{FcntlArg, fcntl};
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::PortRecord;
 
-/// The ledger file under ROOT/store.
-pub const LEDGER: &str = "ports.ledger";
-
 /// Ports held for one run: the ledger (whose open file holds the locks), and
 /// the sockets until they are handed over or closed.
 pub struct Ports {
@@ -136,7 +133,7 @@ mod tests {
     #[test]
     fn two_reservations_never_share_a_port() {
         let tmp = tempfile::tempdir().unwrap();
-        let ledger = tmp.path().join(LEDGER);
+        let ledger = tmp.path().join("ledger");
         let mut a = reserve(5, "127.0.0.1", &ledger).unwrap();
         a.close_sockets();
         let b = reserve(50, "127.0.0.1", &ledger).unwrap();

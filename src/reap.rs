@@ -39,7 +39,7 @@ use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
 use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
 use crate::shown;
-use crate::workspace::{self, RunDir, SCRATCH};
+use crate::workspace::{self, Root, RunDir, SCRATCH};
 use crate::worktree::{self, NotOwned, Owned};
 
 /// The wait between SIGTERM and SIGKILL to a leftover process group,
@@ -137,7 +137,7 @@ fn end_group(
 /// Ends process group `pgid` if every member is provably the run's (see
 /// [`end_group`]), for callers that are not a reap: a lane's reset.
 pub(crate) fn end_recorded_group(
-    root: &Path,
+    root: &Root,
     run: Option<&RunDir>,
     m: Option<&Manifest>,
     pgid: i32,
@@ -412,20 +412,20 @@ fn delete_claimed_branch(
 /// The worktree and branch claims of live runs, read once, when a
 /// teardown first needs them.
 struct LiveClaims {
-    root: std::path::PathBuf,
+    root: Root,
     claims: std::sync::OnceLock<Vec<(String, Claim)>>,
 }
 
 impl LiveClaims {
-    fn new(root: &Path) -> LiveClaims {
-        LiveClaims { root: root.to_path_buf(), claims: std::sync::OnceLock::new() }
+    fn new(root: &Root) -> LiveClaims {
+        LiveClaims { root: root.clone(), claims: std::sync::OnceLock::new() }
     }
 
     /// A live run other than `me` that claims the same thing.
     fn claimant(&self, me: &str, kind: &str, value: &str, repo: &Option<String>) -> Option<String> {
         let claims = self.claims.get_or_init(|| {
             let mut out = Vec::new();
-            let Ok(runs) = workspace::runs_dir(&self.root, false) else { return out };
+            let Ok(runs) = self.root.runs_dir(false) else { return out };
             let now = SystemTime::now();
             for id in runs.entries().unwrap_or_default() {
                 let Ok(run) = RunDir::open(&self.root, &id) else { continue };
@@ -623,8 +623,8 @@ fn report(run_id: &str, status: &str, action: Action, reason: impl Into<String>)
 }
 
 /// Reaps every run under `root`.
-pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
-    let runs = match workspace::runs_dir(root, false) {
+pub fn reap(root: &Root, opts: &Options) -> Result<Vec<RunReport>> {
+    let runs = match root.runs_dir(false) {
         Ok(d) => d,
         Err(_) => return Ok(leftover_reports(root, opts)),
     };
@@ -661,7 +661,7 @@ pub fn reap(root: &Path, opts: &Options) -> Result<Vec<RunReport>> {
 /// The leftovers of dead writers outside run directories: temp files in
 /// `ROOT/archive`, `ROOT/quarantine` and `ROOT/store`, and restores' staging
 /// directories. One report per place that held any, named `ROOT/<place>`.
-fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
+fn leftover_reports(root: &Root, opts: &Options) -> Vec<RunReport> {
     let mut out = Vec::new();
     let mut push = |place: &str, found: Vec<crate::leftovers::Found>| {
         if found.is_empty() {
@@ -683,7 +683,7 @@ fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
         out.push(r);
     };
     let top = Dir::open(root).ok();
-    for place in ["archive", "quarantine", "store"] {
+    for place in [workspace::ARCHIVE, workspace::QUARANTINE, workspace::STORE] {
         let mut found = Vec::new();
         // The place itself, never a symlink a run put in its place.
         if let Some(dir) = top.as_ref().and_then(|t| t.sub(place).ok()) {
@@ -691,12 +691,12 @@ fn leftover_reports(root: &Path, opts: &Options) -> Vec<RunReport> {
         }
         push(place, found);
     }
-    push(crate::restores::DIR, crate::restores::reap(root, opts.dry_run));
+    push(workspace::RESTORES, crate::restores::reap(root, opts.dry_run));
     out
 }
 
 fn reap_one(
-    root: &Path,
+    root: &Root,
     runs: &Dir,
     id: &str,
     opts: &Options,

@@ -47,6 +47,7 @@ use crate::fsx::{self, Dir};
 use crate::hex::encode as hex;
 use crate::seal::archive::split_parent;
 use crate::seal::scan::Finding;
+use crate::workspace::{QUARANTINE, Root};
 
 /// The largest checksum file read; a real one is one short line.
 const MAX_CHECKSUM_FILE: u64 = 4096;
@@ -97,7 +98,7 @@ pub fn verify(archive: &Path) -> Result<String> {
 /// directory, within `limits`. An archive from an ordinary location in which
 /// the scan finds a secret is refused; see [`stage`] to decide otherwise. On
 /// any error `target` is left as it was.
-pub fn restore(archive: &Path, target: &Path, root: Option<&Path>, limits: Limits) -> Result<RestoreReport> {
+pub fn restore(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits) -> Result<RestoreReport> {
     let staged = stage(archive, target, root, limits)?;
     let report = staged.report();
     if !report.findings.is_empty() && !report.from_quarantine {
@@ -127,7 +128,7 @@ pub struct Staged {
 /// `target`; on any error the staging directory is removed. With `root`,
 /// the staging directory is registered under it first ([`crate::restores`])
 /// so that `reap` removes it if this process dies.
-pub fn stage(archive: &Path, target: &Path, root: Option<&Path>, limits: Limits) -> Result<Staged> {
+pub fn stage(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits) -> Result<Staged> {
     let target_existed = check_target(target)?;
     // One open file serves the check and the extraction, so a rename of
     // another file over `archive` in between changes nothing.
@@ -255,7 +256,7 @@ fn check_target(target: &Path) -> Result<bool> {
 }
 
 pub(crate) fn in_quarantine(archive: &Path) -> bool {
-    let named = |p: &Path| p.components().any(|c| c == Component::Normal("quarantine".as_ref()));
+    let named = |p: &Path| p.components().any(|c| c == Component::Normal(QUARANTINE.as_ref()));
     // A symlink elsewhere to a quarantined archive is still quarantined.
     named(archive) || std::fs::canonicalize(archive).is_ok_and(|p| named(&p))
 }

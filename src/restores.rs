@@ -22,9 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, Leftover};
 use crate::leftovers::Found;
-
-/// `ROOT/restores`: one record per restore in progress.
-pub const DIR: &str = "restores";
+use crate::workspace::{RESTORES, Root};
 
 /// The largest record read back; a real one is one short line.
 const MAX_RECORD: u64 = 8192;
@@ -98,7 +96,7 @@ fn staging_name(target_name: &OsStr, token: &str) -> String {
 
 /// Makes the staging directory for a restore into `parent/target_name`;
 /// with `root`, registered under it first.
-pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Result<Staging> {
+pub fn staging(root: Option<&Root>, parent: &Path, target_name: &OsStr) -> Result<Staging> {
     let Some(root) = root else {
         let dir = tempfile::Builder::new()
             .prefix(&format!(".{}.restore-", short(target_name)))
@@ -106,8 +104,8 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
             .ctx("cannot create a staging directory in", parent)?;
         return Ok(Staging { dir: Some(dir), _registered: None });
     };
-    crate::fsx::create_private_dirs(&root.join(DIR)).ctx("cannot create", root.join(DIR))?;
-    let records = Dir::open(root)?.sub(DIR)?;
+    crate::fsx::create_private_dirs(&root.restores()).ctx("cannot create", root.restores())?;
+    let records = Dir::open(root)?.sub(RESTORES)?;
     let parent_abs = if parent.is_absolute() {
         parent.to_path_buf()
     } else {
@@ -157,10 +155,10 @@ pub fn staging(root: Option<&Path>, parent: &Path, target_name: &OsStr) -> Resul
 
 /// Removes the staging directories of restores that died, and their
 /// records; with `dry_run`, says what it would remove.
-pub fn reap(root: &Path, dry_run: bool) -> Vec<Found> {
+pub fn reap(root: &Root, dry_run: bool) -> Vec<Found> {
     let mut out = Vec::new();
     // `ROOT/restores` itself, never a symlink a run put in its place.
-    let Ok(records) = Dir::open(root).and_then(|r| r.sub(DIR)) else { return out };
+    let Ok(records) = Dir::open(root).and_then(|r| r.sub(RESTORES)) else { return out };
     let Ok(names) = records.entries_raw() else { return out };
     for (name, _) in names {
         let Some(token) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };

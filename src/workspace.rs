@@ -1,12 +1,14 @@
-//! The run directory: where it lives, how its id is checked, and how it is
-//! created exactly once.
+//! ROOT's layout, and the run directory: where it lives, how its id is
+//! checked, and how it is created exactly once.
 //!
-//! `ROOT/runs/<run_id>/` holds evidence (`manifest.json`, `inputs/`,
+//! [`Root`] names every place runws keeps under ROOT; no other module spells
+//! them. `ROOT/runs/<run_id>/` holds evidence (`manifest.json`, `inputs/`,
 //! `outputs/`, `work/`, `logs/`) and scratch (`home/`, `tmp/`, `cache/`,
 //! `run/`, `bin/`). The directory is made with one `mkdir`, which fails when
 //! anything is already there: a reused id is refused before a single byte of
 //! the old run changes.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
@@ -86,7 +88,7 @@ pub fn prefix_for(run_id: &str) -> String {
 
 /// Finds ROOT: `--root` or `RUNWS_ROOT` (given as `flag`), else
 /// `$XDG_STATE_HOME/runws`, else `~/.local/state/runws`. Always absolute.
-pub fn resolve_root(flag: Option<&Path>) -> Result<PathBuf> {
+pub fn resolve_root(flag: Option<&Path>) -> Result<Root> {
     let chosen = match flag {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
@@ -102,28 +104,128 @@ pub fn resolve_root(flag: Option<&Path>) -> Result<PathBuf> {
         },
     };
     if chosen.is_absolute() {
-        Ok(chosen)
+        Ok(Root(chosen))
     } else {
         let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
-        Ok(cwd.join(chosen))
+        Ok(Root(cwd.join(chosen)))
     }
 }
 
-/// ROOT/runs, created on first use.
-pub fn runs_dir(root: &Path, create: bool) -> Result<Dir> {
-    let runs = root.join("runs");
-    let opened = Dir::open(&runs);
-    if create
-        && matches!(&opened, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
-    {
-        crate::fsx::create_private_dirs(&runs).ctx("cannot create", &runs)?;
-        return Dir::open(&runs);
+/// `ROOT/runs`: one directory per run.
+const RUNS: &str = "runs";
+/// `ROOT/store`: the default file store, its locks and the ports ledger.
+pub const STORE: &str = "store";
+/// `ROOT/archive`: sealed runs, one directory per job, and lanes' kits.
+pub const ARCHIVE: &str = "archive";
+/// A quarantine: where evidence that failed the secret scan is kept, under
+/// an archive directory (and `ROOT/quarantine`). An archive under such a
+/// directory is never trusted as clean.
+pub const QUARANTINE: &str = "quarantine";
+/// `ROOT/restores`: restores in progress, and the scratch of lane reviews
+/// and promotions.
+pub const RESTORES: &str = "restores";
+
+/// ROOT: the directory holding everything runws keeps, laid out as its
+/// methods name it. Reads as the path it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root(PathBuf);
+
+impl Deref for Root {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
     }
-    match opened {
-        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            Err(Error::Other(format!("no runs under `{}`", root.display())))
+}
+
+impl AsRef<Path> for Root {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Root {
+    /// The ROOT of which `run_dir` is `runs/<run_id>`, judged by its path
+    /// alone (absolute, and named so); `None` for any other path.
+    pub fn of_run_dir(run_dir: &Path, run_id: &str) -> Option<Root> {
+        if !run_dir.is_absolute() || run_dir.file_name().and_then(|n| n.to_str()) != Some(run_id) {
+            return None;
         }
-        other => other,
+        let runs = run_dir.parent()?;
+        if runs.file_name().and_then(|n| n.to_str()) != Some(RUNS) {
+            return None;
+        }
+        Some(Root(runs.parent()?.to_path_buf()))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// `ROOT/runs`, created (private, no symlink followed) on first use.
+    pub fn runs_dir(&self, create: bool) -> Result<Dir> {
+        let runs = self.0.join(RUNS);
+        let opened = Dir::open(&runs);
+        if create
+            && matches!(&opened, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
+        {
+            crate::fsx::create_private_dirs(&runs).ctx("cannot create", &runs)?;
+            return Dir::open(&runs);
+        }
+        match opened {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::Other(format!("no runs under `{}`", self.0.display())))
+            }
+            other => other,
+        }
+    }
+
+    /// `ROOT/store`: the default file store.
+    pub fn store(&self) -> PathBuf {
+        self.0.join(STORE)
+    }
+
+    /// `ROOT/store/locks`: locks runws takes on things outside ROOT (a
+    /// repository's worktrees).
+    pub fn store_locks(&self) -> PathBuf {
+        self.store().join("locks")
+    }
+
+    /// `ROOT/store/ports.ledger`: the ports runs have reserved.
+    pub fn ports_ledger(&self) -> PathBuf {
+        self.store().join("ports.ledger")
+    }
+
+    /// `ROOT/archive/<job>`: where a run of `job` is sealed by default.
+    pub fn job_archive(&self, job: &str) -> PathBuf {
+        self.0.join(ARCHIVE).join(job)
+    }
+
+    /// `ROOT/archive/lanes`: lanes' kits, their receipts, and the final
+    /// cards.
+    pub fn kits(&self) -> PathBuf {
+        self.0.join(ARCHIVE).join("lanes")
+    }
+
+    /// `ROOT/lanes`: one directory per open lane.
+    pub fn lanes(&self) -> PathBuf {
+        self.0.join("lanes")
+    }
+
+    /// `ROOT/lanes/<name>`.
+    pub fn lane(&self, name: &str) -> PathBuf {
+        self.lanes().join(name)
+    }
+
+    /// `ROOT/worktrees/<lane>`: where a promoted lane's worktree goes unless
+    /// told otherwise.
+    pub fn lane_worktree(&self, lane: &str) -> PathBuf {
+        self.0.join("worktrees").join(lane)
+    }
+
+    /// `ROOT/restores`.
+    pub fn restores(&self) -> PathBuf {
+        self.0.join(RESTORES)
     }
 }
 
@@ -138,7 +240,7 @@ fn current_umask() -> u32 {
 /// One run's directory, open.
 pub struct RunDir {
     pub id: String,
-    pub root: PathBuf,
+    pub root: Root,
     pub dir: Dir,
     /// Held by the runws that made the directory until its first manifest
     /// exists: a directory without a manifest whose lock is free was left
@@ -155,9 +257,9 @@ impl std::fmt::Debug for RunDir {
 impl RunDir {
     /// Creates `ROOT/runs/<id>/` and its subdirectories. Fails, changing
     /// nothing, when the directory already exists.
-    pub fn create(root: &Path, id: &str) -> Result<RunDir> {
+    pub fn create(root: &Root, id: &str) -> Result<RunDir> {
         check_run_id(id)?;
-        let runs = runs_dir(root, true)?;
+        let runs = root.runs_dir(true)?;
         let path = runs.join(id);
         // Private to its user: inputs, outputs, logs and the record are
         // nobody else's to read (see the README on sharing a run).
@@ -188,7 +290,7 @@ impl RunDir {
             }
             return Err(e);
         }
-        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: Some(creating) })
+        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: Some(creating) })
     }
 
     /// Makes the subdirectories of a new run.
@@ -217,20 +319,20 @@ impl RunDir {
     }
 
     /// Opens an existing run; refuses a symlink in place of the run directory.
-    pub fn open(root: &Path, id: &str) -> Result<RunDir> {
+    pub fn open(root: &Root, id: &str) -> Result<RunDir> {
         check_run_id(id)?;
-        let runs = runs_dir(root, false)?;
+        let runs = root.runs_dir(false)?;
         if runs.lstat(id)?.is_none() {
             return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() });
         }
         let dir = runs.sub(id)?;
-        Ok(RunDir { id: id.to_string(), root: root.to_path_buf(), dir, creating: None })
+        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: None })
     }
 
     /// Removes a run directory this runws has just created, before any
     /// command ran in it (a run it could not record).
     pub fn discard(&self) -> Result<()> {
-        runs_dir(&self.root, false)?.remove_tree(&self.id).map(drop)
+        self.root.runs_dir(false)?.remove_tree(&self.id).map(drop)
     }
 
     pub fn path(&self) -> &Path {
@@ -276,11 +378,30 @@ mod tests {
     }
 
     #[test]
+    fn a_run_dir_names_its_root_by_its_path_alone() {
+        let root = Root::of_run_dir(Path::new("/r/runs/id1"), "id1").unwrap();
+        assert_eq!(root.path(), Path::new("/r"));
+        for (dir, id) in
+            [("r/runs/id1", "id1"), ("/r/runs/id1", "id2"), ("/r/other/id1", "id1"), ("/runs", "runs")]
+        {
+            assert!(Root::of_run_dir(Path::new(dir), id).is_none(), "{dir} accepted as run {id}");
+        }
+        assert_eq!(root.store_locks(), Path::new("/r/store/locks"));
+        assert_eq!(root.ports_ledger(), Path::new("/r/store/ports.ledger"));
+        assert_eq!(root.job_archive("nightly"), Path::new("/r/archive/nightly"));
+        assert_eq!(root.kits(), Path::new("/r/archive/lanes"));
+        assert_eq!(root.lane("lane-1-ab"), Path::new("/r/lanes/lane-1-ab"));
+        assert_eq!(root.lane_worktree("lane-1-ab"), Path::new("/r/worktrees/lane-1-ab"));
+        assert_eq!(root.restores(), Path::new("/r/restores"));
+    }
+
+    #[test]
     fn create_is_exclusive() {
         let tmp = tempfile::tempdir().unwrap();
-        let run = RunDir::create(tmp.path(), "r1").unwrap();
+        let root = resolve_root(Some(tmp.path())).unwrap();
+        let run = RunDir::create(&root, "r1").unwrap();
         std::fs::write(run.path().join("work/keep"), b"x").unwrap();
-        assert!(matches!(RunDir::create(tmp.path(), "r1"), Err(Error::RunExists { .. })));
+        assert!(matches!(RunDir::create(&root, "r1"), Err(Error::RunExists { .. })));
         assert_eq!(std::fs::read(run.path().join("work/keep")).unwrap(), b"x");
     }
 }

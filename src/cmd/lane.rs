@@ -20,7 +20,7 @@ use crate::lane::{self, Lane, Step, allowed};
 use crate::manifest;
 use crate::run::Request;
 use crate::shown;
-use crate::workspace::{self, RunDir};
+use crate::workspace::{self, Root, RunDir};
 
 pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
@@ -39,7 +39,7 @@ pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8>
             eprintln!(
                 "runws: claimed lane {} in {}; edit replay/prompt.md and replay/eval.sh there",
                 card.lane,
-                root.join("lanes").join(&card.lane).display()
+                root.lane(&card.lane).display()
             );
             println!("{}", card.lane);
             Ok(exit::OK)
@@ -75,7 +75,7 @@ pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8>
             println!(
                 "lane {lane}: reset by {}; the kit and the final card stay in {}",
                 card.resetter,
-                lane::kit_dir(&root).display()
+                root.kits().display()
             );
             Ok(exit::OK)
         }
@@ -100,7 +100,7 @@ struct RunOpts {
     env_file: Vec<std::path::PathBuf>,
 }
 
-fn run(root: &Path, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow::Result<u8> {
+fn run(root: &Root, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow::Result<u8> {
     let lane = Lane::open(root, name)?;
     let run_id = workspace::new_run_id()?;
     let argv: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -161,7 +161,7 @@ fn run(root: &Path, name: &str, opts: RunOpts, command: Vec<OsString>) -> anyhow
 }
 
 /// The run's captured output, into the lane's logs/ so it travels in the kit.
-fn copy_logs(root: &Path, lane: &Lane, run_id: &str) -> crate::error::Result<()> {
+fn copy_logs(root: &Root, lane: &Lane, run_id: &str) -> crate::error::Result<()> {
     let run = RunDir::open(root, run_id)?;
     let from = run.sub("logs")?;
     let to = lane.dir.sub("logs")?;
@@ -174,7 +174,7 @@ fn copy_logs(root: &Path, lane: &Lane, run_id: &str) -> crate::error::Result<()>
     Ok(())
 }
 
-fn seal(root: &Path, name: &str) -> anyhow::Result<u8> {
+fn seal(root: &Root, name: &str) -> anyhow::Result<u8> {
     let lane = Lane::open(root, name)?;
     let report = kit::seal(&lane)?;
     if let Some(checker) = &report.card.checker {
@@ -214,7 +214,7 @@ fn seal(root: &Path, name: &str) -> anyhow::Result<u8> {
     }
 }
 
-fn review_kit(root: &Path, kit_path: &Path, opts: &ReviewOptions) -> anyhow::Result<u8> {
+fn review_kit(root: &Root, kit_path: &Path, opts: &ReviewOptions) -> anyhow::Result<u8> {
     let report = review::review(root, kit_path, opts)?;
     let r = &report.review;
     let mut out = std::io::stdout().lock();

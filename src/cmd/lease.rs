@@ -2,7 +2,7 @@
 //! sink that checks them.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 
@@ -10,9 +10,9 @@ use crate::cli::LeaseCommand;
 use crate::error::Error;
 use crate::exit;
 use crate::guard::Guard;
+use crate::guard::remote::Remote;
 use crate::manifest;
 use crate::procinfo;
-use crate::sandbox::broker::client as broker;
 use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace;
 
@@ -35,15 +35,14 @@ fn default_holder() -> String {
     format!("{}:{}", procinfo::hostname(), nix::unistd::getppid())
 }
 
-/// The directory of the sandboxed run this process belongs to, when no
-/// store is named: its store is out of reach (hidden, or behind a password
-/// it is not given), and runws serves its lease calls over the run's socket.
-fn sandboxed_run(store: Option<&str>) -> Option<PathBuf> {
+/// The socket of the sandboxed run this process belongs to, when no store
+/// is named: its store is out of reach (hidden, or behind a password it is
+/// not given), and runws serves its lease calls over the run's socket.
+fn sandboxed_run(store: Option<&str>) -> Option<Remote> {
     if store.is_some_and(|s| !s.is_empty()) {
         return None;
     }
-    let guard = Guard::from_env().ok()?;
-    guard.is_brokered().then(|| guard.dir().to_path_buf())
+    Guard::from_env().ok()?.into_remote()
 }
 
 /// The holder `run --lease` gave this run, when `key` is its lease.
@@ -54,8 +53,8 @@ fn run_holder(key: &str) -> Option<String> {
 }
 
 pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> anyhow::Result<u8> {
-    if let Some(run_dir) = sandboxed_run(store) {
-        return sandboxed_lease(&run_dir, cmd);
+    if let Some(remote) = sandboxed_run(store) {
+        return sandboxed_lease(&remote, cmd);
     }
     let mut s = open(root, store)?;
     match cmd {
@@ -79,12 +78,12 @@ pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> any
 
 /// `lease renew` and `lease show` of the run's own lease, performed by runws
 /// for a sandboxed command; the command cannot take or give up a lease.
-fn sandboxed_lease(run_dir: &Path, cmd: LeaseCommand) -> anyhow::Result<u8> {
+fn sandboxed_lease(remote: &Remote, cmd: LeaseCommand) -> anyhow::Result<u8> {
     match cmd {
         LeaseCommand::Renew { key, holder, ttl } => {
-            println!("{}", broker::lease_renew(run_dir, &key, holder.as_deref(), ttl)?);
+            println!("{}", remote.lease_renew(&key, holder.as_deref(), ttl)?);
         }
-        LeaseCommand::Show { key, json } => show(&broker::lease_show(run_dir, &key)?, json)?,
+        LeaseCommand::Show { key, json } => show(&remote.lease_show(&key)?, json)?,
         LeaseCommand::Acquire { .. } | LeaseCommand::Release { .. } => {
             return Err(Error::Usage(
                 "inside a sandbox only `lease renew` and `lease show` of the run's own lease reach runws; \
@@ -154,7 +153,7 @@ pub fn publish(
     let outcome = match to {
         Some(dir) => publish_to_dir(root, store, dir, key, fence, &payload)?,
         None => match sandboxed_run(store) {
-            Some(run_dir) => broker::publish(&run_dir, key, fence, &payload)?,
+            Some(remote) => remote.publish(key, fence, &payload)?,
             None => open(root, store)?.publish(key, fence, &payload)?,
         },
     };

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::exit;
 use crate::manifest::{self, Manifest, Status};
 use crate::shown;
-use crate::workspace::{self, RunDir};
+use crate::workspace::{self, Root, RunDir};
 
 /// One line of `ls`: the manifest's summary, or why it cannot be read.
 #[derive(Serialize)]
@@ -33,8 +33,8 @@ pub fn shown_status(m: &Manifest, now: SystemTime) -> String {
     }
 }
 
-fn rows(root: &Path, job: Option<&str>) -> Result<Vec<Row>, Error> {
-    let runs = match workspace::runs_dir(root, false) {
+fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
+    let runs = match root.runs_dir(false) {
         Ok(d) => d,
         Err(_) => return Ok(Vec::new()),
     };
@@ -112,7 +112,7 @@ pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<
 }
 
 /// The most recently started run.
-pub fn last_run(root: &Path) -> Result<String, Error> {
+pub fn last_run(root: &Root) -> Result<String, Error> {
     rows(root, None)?
         .into_iter()
         .rfind(|r| r.started_at.is_some())

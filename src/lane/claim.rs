@@ -14,6 +14,7 @@ use super::card::{self, Card, Replay, State};
 use super::{CARD_JSON, CARD_MD, check_person, check_text, check_ticket, git_clean, git_out, initials, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
+use crate::workspace::Root;
 
 /// What `lane claim` was given.
 #[derive(Debug, Clone)]
@@ -28,7 +29,7 @@ pub struct ClaimRequest<'a> {
 }
 
 /// Claims a lane; returns its card.
-pub fn claim(root: &Path, req: &ClaimRequest<'_>) -> Result<Card> {
+pub fn claim(root: &Root, req: &ClaimRequest<'_>) -> Result<Card> {
     check_ticket(req.ticket)?;
     let claimant = check_person("claimant", req.claimant)?;
     let operator = check_person("operator", req.operator)?;
@@ -38,7 +39,7 @@ pub fn claim(root: &Path, req: &ClaimRequest<'_>) -> Result<Card> {
     let done_when = check_text("done-when", req.done_when)?;
     let name = format!("lane-{}-{}", req.ticket, initials(&[&claimant, &operator, &reviewer, &resetter]));
 
-    let lanes_path = root.join("lanes");
+    let lanes_path = root.lanes();
     crate::fsx::create_private_dirs(&lanes_path).ctx("cannot create", &lanes_path)?;
     let lanes = Dir::open(&lanes_path)?;
     if lanes.lstat(&name)?.is_some() {
@@ -46,11 +47,11 @@ pub fn claim(root: &Path, req: &ClaimRequest<'_>) -> Result<Card> {
             "lane `{name}` exists already; see `runws lane show {name}`"
         )));
     }
-    let kept = super::kit_dir(root).join(format!("{name}.card.json"));
+    let kept = root.kits().join(format!("{name}.card.json"));
     if kept.exists() {
         return Err(Error::LaneRefused(format!(
             "lane `{name}` was claimed and reset before; its kit and card are kept in `{}`",
-            super::kit_dir(root).display()
+            root.kits().display()
         )));
     }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 use nix::sys::stat::SFlag;
 
 use super::card::{Card, CheckItem, Checker, Kit, State};
-use super::{Lane, Step, allowed, git_clean, kit_dir, now};
+use super::{Lane, Step, allowed, git_clean, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::manifest::{self, Status};
@@ -258,7 +258,7 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
     lane.write(&card)?;
 
     let prior = scan_history(&lane.path().join("work"))?;
-    let dir = kit_dir(&lane.root);
+    let dir = lane.root.kits();
     let mut stem = lane.name.clone();
     let mut n = 2;
     while dir.join(format!("{stem}.tar.zst")).exists() {

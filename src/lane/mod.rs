@@ -44,7 +44,7 @@ pub mod promote;
 pub mod review;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::SystemTime;
 
 use sha2::Digest;
@@ -54,6 +54,7 @@ pub use card::{Card, State};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, DirLock};
 use crate::manifest::format_time;
+use crate::workspace::Root;
 
 pub const CARD_JSON: &str = "card.json";
 pub const CARD_MD: &str = "card.md";
@@ -183,25 +184,20 @@ pub fn initials(names: &[&str]) -> String {
         .collect()
 }
 
-/// ROOT/archive/lanes: kits, their receipts, and the final cards.
-pub fn kit_dir(root: &Path) -> PathBuf {
-    root.join("archive").join("lanes")
-}
-
 /// One lane directory, open.
 #[derive(Debug)]
 pub struct Lane {
     pub name: String,
-    pub root: PathBuf,
+    pub root: Root,
     pub dir: Dir,
 }
 
 impl Lane {
     /// Opens `ROOT/lanes/<name>`; refuses a symlink in its place.
-    pub fn open(root: &Path, name: &str) -> Result<Lane> {
+    pub fn open(root: &Root, name: &str) -> Result<Lane> {
         check_lane_name(name)?;
         let missing = || Error::NoSuchLane { lane: name.to_string(), root: root.to_path_buf() };
-        let lanes = match Dir::open(root.join("lanes")) {
+        let lanes = match Dir::open(root.lanes()) {
             Ok(d) => d,
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return Err(missing());
@@ -211,7 +207,7 @@ impl Lane {
         if lanes.lstat(name)?.is_none() {
             return Err(missing());
         }
-        Ok(Lane { name: name.to_string(), root: root.to_path_buf(), dir: lanes.sub(name)? })
+        Ok(Lane { name: name.to_string(), root: root.clone(), dir: lanes.sub(name)? })
     }
 
     pub fn path(&self) -> &Path {
@@ -269,11 +265,11 @@ pub(crate) fn write_card(dir: &Dir, json: &str, md: &str, card: &Card) -> Result
 }
 
 /// The card of a lane, or the copy kept beside its kit once it was reset.
-pub fn find_card(root: &Path, name: &str) -> Result<Card> {
+pub fn find_card(root: &Root, name: &str) -> Result<Card> {
     match Lane::open(root, name) {
         Ok(lane) => lane.read(),
         Err(Error::NoSuchLane { .. }) => {
-            let dir = kit_dir(root);
+            let dir = root.kits();
             let kept =
                 Dir::open(&dir).ok().filter(|d| matches!(d.lstat(format!("{name}.card.json")), Ok(Some(_))));
             match kept {
@@ -319,7 +315,7 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// `approve`, `return` or `scrap`, by the named reviewer, after a review.
 /// An approval needs a passing review of the current kit, and the kit on
 /// disk must still be the bytes that were reviewed.
-pub fn stamp(root: &Path, name: &str, verdict: &str, reviewer: &str) -> Result<Card> {
+pub fn stamp(root: &Root, name: &str, verdict: &str, reviewer: &str) -> Result<Card> {
     let lane = Lane::open(root, name)?;
     lane.update(|card| {
         check_named(name, Step::Stamp, "reviewer", &card.reviewer, reviewer)?;

@@ -28,13 +28,13 @@ use std::time::Duration;
 use nix::sys::stat::SFlag;
 
 use super::card::{Card, Promotion, Reset, State};
-use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, kit_dir, now};
+use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::manifest;
 use crate::procinfo;
 use crate::seal::scan;
-use crate::workspace::RunDir;
+use crate::workspace::{Root, RunDir};
 
 pub struct PromoteRequest<'a> {
     pub repo: &'a Path,
@@ -48,7 +48,7 @@ fn git_user(repo: &Path) -> Command {
     crate::git::command(repo)
 }
 
-pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Promotion> {
+pub fn promote(root: &Root, name: &str, req: &PromoteRequest<'_>) -> Result<Promotion> {
     let lane = Lane::open(root, name)?;
     let _lock = lane.lock()?;
     let mut card = lane.read()?;
@@ -82,7 +82,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
     }
     let worktree = match req.worktree {
         Some(w) => std::path::absolute(w).ctx("cannot resolve", w)?,
-        None => root.join("worktrees").join(name),
+        None => root.lane_worktree(name),
     };
     if std::fs::symlink_metadata(&worktree).is_ok() {
         return Err(Error::LaneRefused(format!(
@@ -95,7 +95,7 @@ pub fn promote(root: &Path, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
     }
 
     // The approved bytes, restored and rescanned, are what gets copied.
-    let restores = root.join("restores");
+    let restores = root.restores();
     crate::fsx::create_private_dirs(&restores).ctx("cannot create", &restores)?;
     let tmp = tempfile::Builder::new()
         .prefix("promote-")
@@ -183,7 +183,7 @@ fn copy_tree(src: &Dir, dst: &Dir, files: &mut u64) -> Result<()> {
 
 /// Ends the lane: its recorded process groups, then the lane directory.
 /// The kit stays; the final card is kept beside it.
-pub fn reset(root: &Path, name: &str, resetter: &str, grace: Duration) -> Result<Card> {
+pub fn reset(root: &Root, name: &str, resetter: &str, grace: Duration) -> Result<Card> {
     let lane = Lane::open(root, name)?;
     let _lock = lane.lock()?;
     let mut card = lane.read()?;
@@ -197,16 +197,16 @@ pub fn reset(root: &Path, name: &str, resetter: &str, grace: Duration) -> Result
         card.event("reset", format!("reset by {}", card.resetter));
         lane.write(&card)?;
     }
-    let kits = kit_dir(root);
+    let kits = root.kits();
     crate::fsx::create_private_dirs(&kits).ctx("cannot create", &kits)?;
     super::write_card(&Dir::open(&kits)?, &format!("{name}.{CARD_JSON}"), &format!("{name}.card.md"), &card)?;
-    Dir::open(root.join("lanes"))?.remove_tree(name)?;
+    Dir::open(root.lanes())?.remove_tree(name)?;
     Ok(card)
 }
 
 /// Ends each run's leftover process group, if every member is provably
 /// the run's (see [`crate::pgroup`]).
-fn end_groups(root: &Path, card: &Card, grace: Duration) -> Vec<String> {
+fn end_groups(root: &Root, card: &Card, grace: Duration) -> Vec<String> {
     let host = procinfo::hostname();
     let mut steps = Vec::new();
     for r in &card.replay.runs {

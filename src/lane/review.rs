@@ -25,6 +25,7 @@ use super::{Lane, Step, allowed, git_clean, git_out, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::seal::scan;
+use crate::workspace::Root;
 
 /// What the review was asked to do.
 pub struct ReviewOptions {
@@ -43,7 +44,7 @@ const MINIMAL_GIT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilem
 
 /// Reviews `kit`: restores it, shows its diff, runs its eval in a clean
 /// run, and records the result on the lane's card.
-pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
+pub fn review(root: &Root, kit: &Path, opts: &ReviewOptions) -> Result<ReviewReport> {
     if crate::restore::in_quarantine(kit) {
         return Err(Error::LaneRefused(format!(
             "`{}` is a quarantine kit: it failed the secret scan and is never reviewed",
@@ -51,7 +52,7 @@ pub fn review(root: &Path, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         )));
     }
     let sha = crate::restore::verify(kit)?;
-    let reviews = root.join("restores");
+    let reviews = root.restores();
     crate::fsx::create_private_dirs(&reviews).ctx("cannot create", &reviews)?;
     let tmp = tempfile::Builder::new()
         .prefix("review-")

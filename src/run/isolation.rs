@@ -10,13 +10,13 @@ use super::lease::RunLease;
 use crate::child::{Ended, Outcome, Spec};
 use crate::error::Result;
 use crate::manifest::Manifest;
-use crate::workspace::RunDir;
+use crate::workspace::{Root, RunDir};
 use crate::worktree::Added;
 
 /// What an isolation sees while the run is prepared.
 pub struct Preparing<'a> {
     pub run: &'a RunDir,
-    pub root: &'a Path,
+    pub root: &'a Root,
     /// The runws binary (`/proc/self/exe`).
     pub exe: &'a Path,
     /// The `--allow-import` list the guard holds the command to.
@@ -28,7 +28,7 @@ pub struct Preparing<'a> {
 /// What an isolation sees once the command has been let through its gate.
 pub struct Opened<'a> {
     pub run: &'a RunDir,
-    pub root: &'a Path,
+    pub root: &'a Root,
     pub allow_import: &'a [String],
     /// The run's lease, as runws took it.
     pub lease: Option<&'a RunLease>,

@@ -2,13 +2,13 @@
 //! before anything of the run exists, renewed from the watch loop, released
 //! however the run ends.
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use crate::error::Error;
 use crate::manifest;
 use crate::procinfo;
 use crate::store::{self, Store};
+use crate::workspace::Root;
 
 /// A lease held for the length of a run: renewed from the watch loop,
 /// released at the end.
@@ -25,7 +25,7 @@ pub struct RunLease {
 impl RunLease {
     /// Takes the lease before the command starts.
     pub fn acquire(
-        root: &Path,
+        root: &Root,
         store: Option<&str>,
         key: &str,
         run_id: &str,

@@ -5,7 +5,7 @@
 //! recorded in the manifest as it is made.
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -24,14 +24,14 @@ use crate::fsx::{DirLock, Reserved};
 use crate::manifest::{self, Claim, EnvRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
-use crate::workspace::{self, RunDir};
+use crate::workspace::{self, Root, RunDir};
 
 /// A run whose directory, record and command are ready: the next step is
 /// the fork.
 pub(super) struct Prepared<'r> {
     pub run: &'r RunDir,
     pub req: Request,
-    pub root: PathBuf,
+    pub root: Root,
     pub m: Manifest,
     /// The final record's temp file, its space reserved (see
     /// [`manifest::reserve`]); `None` once used.
@@ -155,7 +155,7 @@ fn make(
     grants: Vec<envbuild::Grant>,
     lease: Option<&RunLease>,
     run: &RunDir,
-    root: &Path,
+    root: &Root,
     invoked_from: &Path,
     m: &mut Manifest,
     ports: &mut Ports,
@@ -167,7 +167,7 @@ fn make(
     m.inputs = fingerprint::copy_inputs(&req.inputs, &inputs)?;
     m.input_fingerprint = fingerprint::combine(&m.inputs);
 
-    *ports = ports::reserve(req.ports, &req.port_host, &root.join("store").join(ports::LEDGER))?;
+    *ports = ports::reserve(req.ports, &req.port_host, &root.ports_ledger())?;
     m.ports = ports.records.clone();
 
     let prefix = workspace::prefix_for(&run.id);
@@ -272,7 +272,7 @@ fn add_worktree(
     repo: &Path,
     base: &str,
     run: &RunDir,
-    root: &Path,
+    root: &Root,
     m: &mut Manifest,
 ) -> Result<crate::worktree::Added, Error> {
     let added = crate::worktree::add(
@@ -280,7 +280,7 @@ fn add_worktree(
         &run.path().join("repo"),
         &format!("runws/{}", run.id),
         base,
-        &root.join("store").join("locks"),
+        &root.store_locks(),
     )?;
     let now = manifest::format_time(SystemTime::now());
     let repo = Some(added.repo.display().to_string());

@@ -10,7 +10,7 @@ use super::defaults;
 use super::isolation::{Isolation, Plain};
 use crate::envbuild::{self, Grant};
 use crate::error::{Error, IoContext};
-use crate::workspace;
+use crate::workspace::{self, Root};
 
 /// The command's standard input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub(super) struct Checked {
     pub req: Request,
     pub id: String,
     pub job: String,
-    pub root: PathBuf,
+    pub root: Root,
     /// The directory runws was started from: relative paths are taken from it.
     pub invoked_from: PathBuf,
     pub grants: Vec<Grant>,

@@ -1,4 +1,5 @@
-//! Guard calls from inside a sandbox, answered by runws outside it.
+//! Guard calls from inside a sandbox, answered by runws outside it: the
+//! server side of [`crate::guard::remote`].
 //!
 //! Inside a sandbox two things the guard relies on are gone, on purpose:
 //! the runws process is invisible (another PID namespace), so the caller
@@ -14,7 +15,7 @@
 //! the check a plain run makes, made from outside the namespace where the
 //! whole ancestry is visible. A process outside the run that finds the
 //! socket is refused like any other stranger. runws then performs the call
-//! with the same [`Guard`] code a plain run uses, so outputs, records and
+//! with the same [`Local`] guard a plain run uses, so outputs, records and
 //! refusals are identical, except that `import` is held to runws's own copy
 //! of `--allow-import` (empty unless given), and a refused `import` or
 //! `get --from` is recorded in the manifest.
@@ -27,41 +28,29 @@
 //! (exit 3), a fence other than the one runws was granted is refused (exit
 //! 76), and a renewal lasts at most the run's `--lease-ttl`.
 //!
-//! The protocol is one JSON line each way (a name that is not UTF-8 travels
-//! as the manifest writes it, `{"hex": ...}`: see [`crate::osname`]); `put` and `publish` stream their
-//! bytes after the request line, `get` streams them after its reply line. A
-//! request line is at most [`MAX_REQUEST`] bytes and must arrive within
-//! [`REQUEST_TIMEOUT`]; a payload to publish is at most [`MAX_PUBLISH`]
-//! bytes, read one at a time; at most [`MAX_CONNECTIONS`] calls are served at
-//! once, the next ones wait; a `get` is streamed from its verified copy,
-//! at most [`GET_IN_MEMORY`] bytes of it in memory. The socket is reached through
-//! `/proc/self/fd/N/`, so a run directory whose path exceeds the 108 bytes of
-//! a socket address still works.
+//! The protocol is [`crate::guard::wire`]'s. A request line must arrive
+//! within [`REQUEST_TIMEOUT`]; a payload to publish is read one at a time;
+//! at most [`MAX_CONNECTIONS`] calls are served at once, the next ones wait;
+//! a `get` is streamed from its verified copy, at most [`GET_IN_MEMORY`]
+//! bytes of it in memory.
 
-use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
-use crate::guard::{Guard, Written};
-use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
-use crate::osname::OsName;
+use crate::guard::calls::{Calls, Written};
+use crate::guard::local::Local;
+use crate::guard::wire::{self, MAX_PUBLISH, MAX_REQUEST, Reply, Request, SOCKET};
 use crate::spool::Spool;
-use crate::store::{self, LeaseInfo, PublishOutcome, Store};
-use crate::workspace::RunDir;
+use crate::store::{self, PublishOutcome, Store};
+use crate::workspace::{Root, RunDir};
 
-pub const SOCKET: &str = "guard.sock";
-
-/// The longest request line, in bytes.
-pub const MAX_REQUEST: u64 = 64 * 1024;
-/// The largest payload a sandboxed command publishes, in bytes.
-pub const MAX_PUBLISH: usize = 16 << 20;
 /// Calls served at once; a further connection waits for one to end.
 pub const MAX_CONNECTIONS: usize = 64;
 /// The most bytes of one output a `get` holds in runws's memory; the rest
@@ -82,72 +71,17 @@ pub struct RunLease {
     pub ttl: Duration,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
-    Put {
-        name: OsName,
-    },
-    Get {
-        name: OsName,
-        from: Option<String>,
-    },
-    Has {
-        name: OsName,
-    },
-    Import {
-        run: String,
-        name: OsName,
-    },
-    Info,
-    Claim {
-        kind: String,
-        value: String,
-        repo: Option<PathBuf>,
-    },
-    /// The payload follows the request line, up to the end of the stream.
-    Publish {
-        key: String,
-        fence: u64,
-    },
-    LeaseRenew {
-        key: String,
-        holder: Option<String>,
-        ttl_ms: u64,
-    },
-    LeaseShow {
-        key: String,
-    },
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Reply {
-    ok: bool,
-    #[serde(default)]
-    code: u8,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    value: serde_json::Value,
-    /// For `get`: how many bytes follow the reply line.
-    #[serde(default)]
-    bytes: u64,
-}
-
 /// The listening socket, bound before the command starts.
 pub struct Server {
     listener: UnixListener,
     _dir: Dir,
 }
 
-fn socket_path(dir: &Dir) -> String {
-    format!("/proc/self/fd/{}/{SOCKET}", dir.raw_fd())
-}
-
 impl Server {
     pub fn bind(run: &RunDir) -> Result<Server> {
         let dir = run.sub("run")?;
-        let listener = UnixListener::bind(socket_path(&dir)).ctx("cannot listen on", dir.join(SOCKET))?;
+        let listener =
+            UnixListener::bind(wire::socket_path(&dir)).ctx("cannot listen on", dir.join(SOCKET))?;
         Ok(Server { listener, _dir: dir })
     }
 
@@ -160,7 +94,7 @@ impl Server {
         self,
         run_dir: PathBuf,
         id: String,
-        root: PathBuf,
+        root: Root,
         allow_import: Vec<String>,
         lease: Option<RunLease>,
     ) {
@@ -186,7 +120,7 @@ impl Server {
 struct Served {
     run_dir: PathBuf,
     id: String,
-    root: PathBuf,
+    root: Root,
     allow: Vec<String>,
     lease: Option<Leased>,
 }
@@ -291,12 +225,12 @@ fn answer(
         Error::Usage(format!("malformed guard request: {}", crate::shown::text(&e.to_string())))
     })?;
     let (run_dir, id, root, allow) = (&served.run_dir, &served.id, &served.root, &served.allow);
-    let guard = Guard::open_for_peer(run_dir, id, Some(root), peer.pid())?;
+    let guard = Local::for_peer(run_dir, id, root, peer.pid())?;
     Ok(match req {
         Request::Put { name } => {
             // The output's bytes come at the command's pace.
             stream.set_read_timeout(None).ctx("cannot set a timeout on", SOCKET)?;
-            let (new, rec) = match guard.put(&name, reader)? {
+            let (new, rec) = match guard.put(name.as_os_str(), reader)? {
                 Written::New(r) => (true, r),
                 Written::Unchanged(r) => (false, r),
             };
@@ -321,9 +255,9 @@ fn answer(
             };
             (serde_json::Value::Null, Body::Copy(copy, bytes))
         }
-        Request::Has { name } => (serde_json::Value::Bool(guard.has(&name)?), Body::Nothing),
+        Request::Has { name } => (serde_json::Value::Bool(guard.has(name.as_os_str())?), Body::Nothing),
         Request::Import { run, name } => {
-            (json(&guard.import_within(&run, &name, Some(allow))?), Body::Nothing)
+            (json(&guard.import_within(&run, name.as_os_str(), Some(allow))?), Body::Nothing)
         }
         Request::Info => (json(&guard.manifest()?), Body::Nothing),
         Request::Claim { kind, value, repo } => {
@@ -352,7 +286,7 @@ fn answer(
                     .read_to_end(&mut payload)
                     .ctx("cannot read the payload on", SOCKET)?;
                 if payload.len() > MAX_PUBLISH {
-                    return Err(too_big());
+                    return Err(wire::too_big());
                 }
                 s.publish(&key, token, &payload)
             })?;
@@ -391,142 +325,6 @@ fn own_lease<'a>(served: &'a Served, key: &str) -> Result<&'a Leased> {
     Err(Error::ForeignLease { key: crate::shown::text(key), why })
 }
 
-fn too_big() -> Error {
-    Error::Usage(format!("a payload published from a sandbox is at most {MAX_PUBLISH} bytes"))
-}
-
 fn json<T: Serialize>(v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_default()
-}
-
-/// Sends `req` (and `body`, for `put`) to the runws serving `run_dir`.
-fn call(run_dir: &Path, req: &Request, body: Option<&mut dyn Read>) -> Result<(serde_json::Value, Vec<u8>)> {
-    let dir = Dir::open(run_dir.join("run"))?;
-    let path = socket_path(&dir);
-    let not_live = |e: std::io::Error| Error::NotInRun {
-        why: format!("cannot reach runws at `{}`: {e}", dir.join(SOCKET).display()),
-    };
-    let mut stream = UnixStream::connect(&path).map_err(not_live)?;
-    let mut line = serde_json::to_vec(req).map_err(|e| Error::Other(e.to_string()))?;
-    line.push(b'\n');
-    stream.write_all(&line).ctx("cannot send a request to", dir.join(SOCKET))?;
-    // runws may refuse before it reads the bytes, and stop reading: its
-    // reply, already sent, says why better than the broken pipe.
-    let mut sent = Ok(());
-    if let Some(body) = body {
-        sent = std::io::copy(body, &mut stream).map(drop).ctx("cannot send bytes to", dir.join(SOCKET));
-    }
-    if sent.is_ok() {
-        sent = stream.shutdown(std::net::Shutdown::Write).ctx("cannot send a request to", dir.join(SOCKET));
-    }
-    let mut reader = BufReader::new(stream);
-    let mut reply = String::new();
-    let read = reader.read_line(&mut reply).ctx("cannot read the reply on", dir.join(SOCKET));
-    if let Err(e) = read {
-        sent?;
-        return Err(e);
-    }
-    let reply: Reply = match serde_json::from_str(&reply) {
-        Ok(r) => r,
-        Err(e) => {
-            sent?;
-            return Err(Error::NotInRun { why: format!("no valid reply from runws: {e}") });
-        }
-    };
-    if !reply.ok {
-        return Err(Error::Remote { code: reply.code, message: reply.error.unwrap_or_default() });
-    }
-    let mut body = Vec::with_capacity(reply.bytes as usize);
-    reader.take(reply.bytes).read_to_end(&mut body).ctx("cannot read the reply on", dir.join(SOCKET))?;
-    Ok((reply.value, body))
-}
-
-fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::Other(format!("unexpected reply from runws: {e}")))
-}
-
-/// The client side, used by [`Guard`] when the run is sandboxed.
-pub mod client {
-    use super::*;
-
-    pub fn put(run_dir: &Path, name: &OsStr, reader: &mut dyn Read) -> Result<Written> {
-        let (v, _) = call(run_dir, &Request::Put { name: name.into() }, Some(reader))?;
-        let rec: OutputRecord = decode(v["record"].clone())?;
-        Ok(if v["new"] == serde_json::Value::Bool(true) {
-            Written::New(rec)
-        } else {
-            Written::Unchanged(rec)
-        })
-    }
-
-    pub fn get(run_dir: &Path, name: &OsStr, from: Option<&str>, out: &mut dyn Write) -> Result<u64> {
-        let req = Request::Get { name: name.into(), from: from.map(String::from) };
-        let (_, body) = call(run_dir, &req, None)?;
-        out.write_all(&body).ctx("cannot write", "stdout")?;
-        Ok(body.len() as u64)
-    }
-
-    pub fn has(run_dir: &Path, name: &OsStr) -> Result<bool> {
-        decode(call(run_dir, &Request::Has { name: name.into() }, None)?.0)
-    }
-
-    pub fn import(run_dir: &Path, run: &str, name: &OsStr) -> Result<InputRecord> {
-        decode(call(run_dir, &Request::Import { run: run.into(), name: name.into() }, None)?.0)
-    }
-
-    pub fn manifest(run_dir: &Path) -> Result<Manifest> {
-        decode(call(run_dir, &Request::Info, None)?.0)
-    }
-
-    /// Publishes `payload` under the run's own lease `key` with `fence`.
-    pub fn publish(run_dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome> {
-        if payload.len() > MAX_PUBLISH {
-            return Err(too_big());
-        }
-        let req = Request::Publish { key: key.into(), fence };
-        let (v, _) = call(run_dir, &req, Some(&mut std::io::Cursor::new(payload)))?;
-        Ok(if v == serde_json::Value::Bool(true) {
-            PublishOutcome::Written
-        } else {
-            PublishOutcome::Unchanged
-        })
-    }
-
-    /// Renews the run's own lease `key`; its token.
-    pub fn lease_renew(run_dir: &Path, key: &str, holder: Option<&str>, ttl: Duration) -> Result<u64> {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let req = Request::LeaseRenew { key: key.into(), holder: holder.map(String::from), ttl_ms };
-        decode(call(run_dir, &req, None)?.0)
-    }
-
-    /// What the store records for the run's own lease `key`.
-    pub fn lease_show(run_dir: &Path, key: &str) -> Result<LeaseInfo> {
-        decode(call(run_dir, &Request::LeaseShow { key: key.into() }, None)?.0)
-    }
-
-    pub fn claim(run_dir: &Path, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
-        // Relative paths mean the caller's directory, which runws cannot see.
-        let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
-        let value = match kind {
-            "path" | "worktree" => cwd.join(value).display().to_string(),
-            _ => value.to_string(),
-        };
-        let repo = match kind {
-            "branch" | "worktree" => Some(cwd.join(repo.unwrap_or(Path::new(".")))),
-            _ => None,
-        };
-        let req = Request::Claim { kind: kind.into(), value: value.clone(), repo: repo.clone() };
-        let (v, _) = call(run_dir, &req, None)?;
-        if !v.is_null() {
-            return decode(v);
-        }
-        Ok(Claim {
-            kind: kind.into(),
-            value,
-            repo: repo.map(|r| r.display().to_string()),
-            start_time: None,
-            claimed_at: crate::manifest::format_time(std::time::SystemTime::now()),
-            made_by_runws: false,
-        })
-    }
 }

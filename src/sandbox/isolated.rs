@@ -63,7 +63,7 @@ impl Isolation for Isolated {
         broker.serve(
             at.run.path().to_path_buf(),
             at.run.id.clone(),
-            at.root.to_path_buf(),
+            at.root.clone(),
             at.allow_import.to_vec(),
             leased,
         );

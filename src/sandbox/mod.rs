@@ -128,7 +128,7 @@ fn allowed() -> bool {
 }
 
 /// The manifest field names this module owns (kept in `Manifest::extra`).
-pub const RECORD_FIELD: &str = "sandbox";
+pub use crate::manifest::SANDBOX_FIELD as RECORD_FIELD;
 pub const AUDIT_FIELD: &str = "audit";
 
 /// The sandbox record of a run, when it ran in one.

@@ -26,7 +26,7 @@ use super::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
 use crate::manifest::{self, Status};
-use crate::workspace::RunDir;
+use crate::workspace::{QUARANTINE, RunDir};
 
 /// What the user asked the seal to do.
 #[derive(Debug, Clone)]
@@ -197,7 +197,7 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     }
     let dir = match &opts.to {
         Some(d) => d.clone(),
-        None => run.root.join("archive").join(&m.job),
+        None => run.root.job_archive(&m.job),
     };
     let pack_opts = PackOptions {
         format: opts.format,
@@ -287,7 +287,7 @@ pub fn seal_tree(
     let not_scanned: Vec<String> = inspector.unscanned.iter().map(|u| u.to_string()).collect();
 
     // The quarantine: the same evidence, unscanned, in what time is left.
-    let qdir = dir.join("quarantine");
+    let qdir = dir.join(QUARANTINE);
     let quarantined = (|| -> Result<Checkpoint> {
         crate::fsx::create_private_dirs(&qdir).ctx("cannot create", &qdir)?;
         if pack_opts.deadline.is_some_and(|d| Instant::now() >= d) {

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::Dir;
+use crate::workspace::Root;
 
 pub(crate) use sink::{publish_to_dir, read_from_dir};
 
@@ -159,8 +160,8 @@ pub(crate) fn reach(url: &str) -> Result<Box<dyn Store>> {
 }
 
 /// The embedded store under ROOT.
-pub(crate) fn default_url(root: &Path) -> String {
-    format!("file:{}", root.join("store").display())
+pub(crate) fn default_url(root: &Root) -> String {
+    format!("file:{}", root.store().display())
 }
 
 /// Checks a lease key: not empty, no NUL, at most [`MAX_ID_BYTES`] bytes.

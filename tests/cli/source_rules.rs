@@ -47,3 +47,30 @@ fn unsafe_code_lives_only_in_the_sys_module() {
     let sys_root = std::fs::read_to_string(sys.join("mod.rs")).unwrap();
     assert!(sys_root.contains("#![allow(unsafe_code)]"));
 }
+
+/// ROOT's layout is named in one place, `workspace::Root`: no other file
+/// joins one of its directory names onto a path (tests build their own).
+#[test]
+fn root_layout_is_named_only_in_workspace() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let names = ["runs", "store", "archive", "lanes", "restores", "quarantine", "locks", "ports.ledger"];
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        if rel == Path::new("workspace.rs") || rel.components().any(|c| c.as_os_str() == "tests") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if names
+                .iter()
+                .any(|n| line.contains(&format!("join(\"{n}\")")) || line.contains("\"ports.ledger\""))
+            {
+                found.push(format!("{}:{}: {}", rel.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "ROOT's layout spelled outside workspace.rs:\n{}", found.join("\n"));
+}

@@ -164,7 +164,8 @@ fn urls_are_shown_without_passwords() {
 #[test]
 fn default_store_is_under_root() {
     let tmp = tempfile::tempdir().unwrap();
-    let url = crate::store::default_url(tmp.path());
+    let root = crate::workspace::resolve_root(Some(tmp.path())).unwrap();
+    let url = crate::store::default_url(&root);
     assert_eq!(url, format!("file:{}/store", tmp.path().display()));
     let mut store = open(&url).unwrap();
     assert_eq!(store.acquire("k", "h", Duration::from_secs(5), Duration::ZERO).unwrap().token, 1);
