@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::fsx::Dir;
 use crate::git;
-use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
+use crate::manifest::{self, Claim, ClaimKind, Manifest, ReapRecord, Status};
 use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
 use crate::shown;
@@ -256,7 +256,7 @@ fn claim_repo(claim: &Claim, dry_run: bool) -> std::result::Result<&Path, Step> 
             Outcome::Kept,
             format!(
                 "kept {} `{}`: no absolute repository recorded",
-                shown::text(&claim.kind),
+                shown::text(claim.kind.as_str()),
                 shown::text(&claim.value)
             ),
         )),
@@ -350,7 +350,7 @@ fn delete_claimed_branch(
             crate::workspace::prefix_for(&m.run_id)
         ));
     }
-    if let Some(other) = live.claimant(&m.run_id, "branch", name, &claim.repo) {
+    if let Some(other) = live.claimant(&m.run_id, &ClaimKind::Branch, name, &claim.repo) {
         return kept(format!("claimed by the live run `{other}` too"));
     }
     let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot delete branch `{shown_name}`: {e}"));
@@ -422,7 +422,7 @@ impl LiveClaims {
     }
 
     /// A live run other than `me` that claims the same thing.
-    fn claimant(&self, me: &str, kind: &str, value: &str, repo: &Option<String>) -> Option<String> {
+    fn claimant(&self, me: &str, kind: &ClaimKind, value: &str, repo: &Option<String>) -> Option<String> {
         let claims = self.claims.get_or_init(|| {
             let mut out = Vec::new();
             let Ok(runs) = workspace::runs_dir(&self.root, false) else { return out };
@@ -438,7 +438,7 @@ impl LiveClaims {
         });
         claims
             .iter()
-            .find(|(id, c)| id != me && c.kind == kind && c.value == value && &c.repo == repo)
+            .find(|(id, c)| id != me && c.kind == *kind && c.value == value && &c.repo == repo)
             .map(|(id, _)| id.clone())
     }
 }
@@ -485,18 +485,18 @@ fn teardown(
         }
     }
     for c in &m.claims {
-        steps.push(match c.kind.as_str() {
-            "pgid" if same_host => match c.value.parse::<i32>() {
+        steps.push(match &c.kind {
+            ClaimKind::Pgid if same_host => match c.value.parse::<i32>() {
                 Ok(pgid) => group(pgid, c.start_time),
                 Err(_) => Step::new(Outcome::Failed, format!("claimed pgid `{}` is not a number", c.value)),
             },
-            "pgid" => {
+            ClaimKind::Pgid => {
                 Step::new(Outcome::Done, format!("process group {}: on another host, not signalled", c.value))
             }
-            "worktree" => remove_claimed_worktree(run, c, opts.dry_run, &mut planned),
-            "branch" => delete_claimed_branch(m, c, opts, live, &planned),
-            "path" => remove_claimed_path(run, c, opts.dry_run),
-            other => Step::new(Outcome::Failed, format!("unknown claim kind `{other}`")),
+            ClaimKind::Worktree => remove_claimed_worktree(run, c, opts.dry_run, &mut planned),
+            ClaimKind::Branch => delete_claimed_branch(m, c, opts, live, &planned),
+            ClaimKind::Path => remove_claimed_path(run, c, opts.dry_run),
+            ClaimKind::Unknown(other) => Step::new(Outcome::Failed, format!("unknown claim kind `{other}`")),
         });
     }
     let mut removed = Vec::new();
@@ -918,5 +918,5 @@ fn removed_meanwhile(run: &RunDir, e: &Error) -> bool {
 /// A run whose seal failed to save anything is held until its retention
 /// ends by its own record, never removed by `--keep`.
 fn held(m: &Manifest) -> bool {
-    m.extra.get("held").and_then(|v| v.as_bool()).unwrap_or(false)
+    m.held == Some(true)
 }

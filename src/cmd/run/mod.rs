@@ -178,11 +178,21 @@ fn run_in(
         outputs: Vec::new(),
         claims: Vec::new(),
         reap: None,
+        allow_import: None,
+        audit: None,
+        checkpoint: None,
+        held: None,
+        lease: None,
+        refused: None,
+        restored: None,
+        sandbox: None,
+        truncated: None,
+        worktree: None,
         extra: Default::default(),
     };
 
     if let Some(l) = &lease {
-        m.extra.insert("lease".into(), l.record());
+        m.lease = Some(l.record());
     }
     // The final record's temp file, with its disk space, before anything
     // else needs space: a run that could not record its end never starts
@@ -315,10 +325,8 @@ fn run_in(
             if m.status == Status::Running {
                 m.lease_until = manifest::now_plus(ttl);
             }
-            if let (Some(at), Some(rec)) =
-                (&lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
-            {
-                rec.insert("lost_at".into(), at.clone().into());
+            if let (Some(at), Some(rec)) = (&lost_at, m.lease.as_mut()) {
+                rec.lost_at = Some(at.clone());
             }
             Ok(())
         });
@@ -388,7 +396,7 @@ fn run_in(
     let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
     finish(&run, &mut record, outcome, None, final_slot.take(), lease_lost_at)
         .with_context(|| format!("cannot record the end of run `{id}`"))?;
-    if record.record().extra.contains_key(manifest::RESTORED) {
+    if record.record().restored.is_some() {
         eprintln!(
             "runws: warning: the manifest of run `{id}` was changed by its command; runws put back what it records itself (see `restored` in the manifest)"
         );
@@ -499,10 +507,13 @@ fn prepare(
                 made_by_runws: true,
             });
         }
-        m.extra.insert(
-            "worktree".into(),
-            serde_json::json!({ "repo": added.repo, "path": added.path, "branch": added.branch, "base": added.base }),
-        );
+        m.worktree = Some(manifest::WorktreeRecord {
+            base: added.base.clone(),
+            branch: added.branch.clone(),
+            path: added.path.display().to_string(),
+            repo: added.repo.display().to_string(),
+            extra: Default::default(),
+        });
         worktree_common_dir = Some(added.common_dir.clone());
         cwd = added.path;
     }
@@ -557,14 +568,14 @@ fn prepare(
             if opts.kind == sandbox::Kind::Sandbox {
                 setup.git_common = worktree_common_dir.clone();
             }
-            if let Some(rec) = m.extra.get_mut(sandbox::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
-                rec.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+            if let Some(rec) = m.sandbox.as_mut() {
+                rec.allow_import = Some(args.allow_import.clone());
             }
             Some(setup)
         }
         None => {
             if !args.allow_import.is_empty() {
-                m.extra.insert(crate::allowlist::FIELD.into(), args.allow_import.clone().into());
+                m.allow_import = Some(args.allow_import.clone());
             }
             None
         }
