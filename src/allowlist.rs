@@ -14,11 +14,9 @@
 //! sandboxed run, as `allow_import` at the top of a plain one.
 
 use crate::error::{Error, Result};
-use crate::manifest::{Manifest, SANDBOX_FIELD};
+use crate::manifest::Manifest;
 use crate::workspace;
 
-/// The manifest field (top level, or in the `sandbox` record) that holds it.
-pub const FIELD: &str = "allow_import";
 const JOB: &str = "job:";
 
 /// Checks each entry as `--run-id` and `--job` are checked.
@@ -40,17 +38,12 @@ pub fn check(entries: &[String]) -> Result<()> {
 
 /// The list a run's manifest records; `None` when imports are unrestricted
 /// (a plain run without `--allow-import`). A sandboxed run's record without
-/// a list allows nothing; an entry that is not a string is ignored.
+/// a list allows nothing.
 pub fn recorded(m: &Manifest) -> Option<Vec<String>> {
-    let list = match m.extra.get(SANDBOX_FIELD) {
-        Some(sandbox) => sandbox.get(FIELD).cloned().unwrap_or_default(),
-        None => m.extra.get(FIELD)?.clone(),
-    };
-    Some(
-        list.as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
-            .unwrap_or_default(),
-    )
+    match &m.sandbox {
+        Some(sandbox) => Some(sandbox.allow_import.clone().unwrap_or_default()),
+        None => m.allow_import.clone(),
+    }
 }
 
 /// True when `entries` name run `run` by its id.

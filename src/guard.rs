@@ -36,7 +36,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::manifest::{Claim, InputRecord, Manifest};
+use crate::manifest::{Claim, ClaimKind, InputRecord, Manifest};
 
 pub(crate) mod calls;
 pub(crate) mod local;
@@ -46,7 +46,7 @@ pub(crate) mod wire;
 use calls::Calls;
 pub use calls::Written;
 use local::Local;
-pub use local::{MAX_CLAIM_BYTES, MAX_CLAIMS, REFUSED};
+pub use local::{MAX_CLAIM_BYTES, MAX_CLAIMS};
 use remote::Remote;
 
 /// A handle on the current run, for the command running inside it.
@@ -91,7 +91,7 @@ impl Guard {
     /// must count this process among its own.
     pub fn open(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<Guard> {
         let (run, m) = local::locate(run_dir, run_id, root)?;
-        let via = if crate::sandbox::record_of(&m).is_some() {
+        let via = if m.sandbox.is_some() {
             Via::Remote(Remote::new(&run))
         } else {
             Via::Local(Local::for_this(run, &m)?)
@@ -178,6 +178,6 @@ impl Guard {
     /// numbers mean nothing outside the PID namespace, and every process of
     /// a sandboxed run ends with the run anyway.
     pub fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
-        self.calls().claim(kind, value, repo)
+        self.calls().claim(&ClaimKind::from(kind), value, repo)
     }
 }

@@ -13,6 +13,11 @@
 //! ([`Manifest::validate`], and the run id against the directory's name): a
 //! manifest that fails is unreadable, and the error names the field. runws
 //! itself writes through an [`Owner`], which puts back the fields it owns.
+//!
+//! The records other parts of runws add (lease, worktree, sandbox, audit,
+//! checkpoint, refusals, restorations) are typed fields too, each written
+//! where earlier versions wrote it (see [`records`]); `extra` holds only the
+//! fields of newer versions.
 
 use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
@@ -24,15 +29,14 @@ use crate::osname::OsName;
 use crate::workspace::{FINAL_TEMP, MANIFEST};
 
 mod owned;
-pub use owned::{Owner, RESTORED};
+mod records;
+pub use owned::Owner;
+pub use records::{
+    Checkpoint, ClaimKind, LeaseRecord, RefusedRecord, RestoredRecord, Source, Truncated, WorktreeRecord,
+};
 
 /// The manifest schema this runws writes.
 pub const SCHEMA: u32 = 1;
-
-/// The field (kept in [`Manifest::extra`]) holding a sandboxed run's
-/// record: read by the sandbox, and by the guard and `--allow-import` to
-/// tell a sandboxed run from a plain one.
-pub const SANDBOX_FIELD: &str = "sandbox";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -117,7 +121,7 @@ pub struct OutputRecord {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Claim {
     /// `path`, `branch`, `worktree` or `pgid`.
-    pub kind: String,
+    pub kind: ClaimKind,
     /// An absolute path, a branch name, or a process group id.
     pub value: String,
     /// The git repository of a branch or worktree.
@@ -202,7 +206,39 @@ pub struct Manifest {
     /// Set by `reap` when it takes the run over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reap: Option<ReapRecord>,
-    /// Fields written by other versions or other parts of runws, kept as is.
+    // The records other parts of runws add, in the order and the shape
+    // earlier versions wrote them (see [`records::as_written`]).
+    /// `--allow-import` of a plain run (a sandboxed run's is in `sandbox`).
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub allow_import: Option<Vec<String>>,
+    /// What `runws audit` found changed outside the run.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub audit: Option<crate::sandbox::audit::Report>,
+    /// How the run's seal ended.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub checkpoint: Option<Checkpoint>,
+    /// True when its seal saved nothing: `reap --keep` never removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub held: Option<bool>,
+    /// The store lease `run --lease` held.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub lease: Option<LeaseRecord>,
+    /// Cross-run guard calls refused by `--allow-import`, the latest last.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub refused: Option<Vec<RefusedRecord>>,
+    /// What runws put back over the command's edits, the latest last.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub restored: Option<Vec<RestoredRecord>>,
+    /// The isolation of `run --sandbox` or `audit`.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub sandbox: Option<crate::sandbox::Record>,
+    /// What a full disk cut from the final record.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub truncated: Option<Truncated>,
+    /// The git worktree of `run --worktree`.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub worktree: Option<WorktreeRecord>,
+    /// Fields written by newer versions, kept as they are.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -278,26 +314,26 @@ impl Claim {
         if self.value.is_empty() || self.value.contains('\0') {
             return Err(bad(value, "empty or holds NUL"));
         }
-        match self.kind.as_str() {
-            "path" | "worktree" => check_absolute(&value, &self.value)?,
-            "branch" => {
+        match &self.kind {
+            ClaimKind::Path | ClaimKind::Worktree => check_absolute(&value, &self.value)?,
+            ClaimKind::Branch => {
                 let v = &self.value;
                 if v.starts_with('-') || v.contains("..") || v.contains(' ') {
                     return Err(bad(value, format!("`{}` is not a branch name", v.escape_debug())));
                 }
             }
-            "pgid" => {
+            ClaimKind::Pgid => {
                 let pgid: i32 = self.value.parse().map_err(|_| bad(&value, "not a process group id"))?;
                 check_pid(&value, pgid, 2)?;
             }
-            other => {
+            ClaimKind::Unknown(other) => {
                 return Err(bad(
                     format_args!("claims[{i}].kind"),
                     format!("`{}` is not path, branch, worktree or pgid", other.escape_debug()),
                 ));
             }
         }
-        if matches!(self.kind.as_str(), "branch" | "worktree") {
+        if matches!(self.kind, ClaimKind::Branch | ClaimKind::Worktree) {
             let repo = format!("claims[{i}].repo");
             match &self.repo {
                 Some(r) => check_absolute(&repo, r)?,
@@ -497,7 +533,12 @@ fn check_dir_name(m: &Manifest, dir: &Dir, path: &std::path::Path) -> Result<()>
 /// Parses a manifest and checks every value in it (see [`Manifest::validate`]).
 pub(crate) fn parse(bytes: &[u8], path: &std::path::Path) -> Result<Manifest> {
     let corrupt = |why: String| Error::ManifestCorrupt { path: path.to_path_buf(), why };
-    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let m: Manifest = serde_json::from_slice(bytes).map_err(|e| {
+        // A record of runws's that does not read is named; anything else
+        // is said as the parser says it.
+        let named = serde_json::from_slice(bytes).ok().and_then(|map| records::first_unreadable(&map));
+        corrupt(named.unwrap_or_else(|| e.to_string()))
+    })?;
     if m.schema != SCHEMA {
         return Err(corrupt(format!("schema {} is not the schema {SCHEMA} this runws reads", m.schema)));
     }
@@ -519,12 +560,30 @@ pub(crate) fn write_first(dir: &Dir, m: &Manifest) -> Result<crate::fsx::Pending
 }
 
 /// Like [`update`], but the new manifest is only renamed into place, not
-/// synced: the caller syncs the file system once after many updates.
+/// synced: the caller (the reaper) syncs the file system once after many
+/// updates.
 pub(crate) fn update_unsynced<T>(dir: &Dir, change: impl FnOnce(&mut Manifest) -> Result<T>) -> Result<T> {
     let lock = dir.lock()?;
-    let mut m = read_settled(dir, &lock)?;
+    update_locked_unsynced(dir, &lock, change)
+}
+
+/// The reaper's read-modify-write under the run's lock, which the caller
+/// took (waiting as long as it chose): `change` sees the settled manifest,
+/// which is written back only when `change` changed it, renamed into place
+/// unsynced as in [`update_unsynced`]. When `change` returns an error
+/// nothing is written.
+pub(crate) fn update_locked_unsynced<T>(
+    dir: &Dir,
+    lock: &DirLock,
+    change: impl FnOnce(&mut Manifest) -> Result<T>,
+) -> Result<T> {
+    let mut m = read_settled(dir, lock)?;
+    let before = m.to_json();
     let value = change(&mut m)?;
-    dir.write_atomic_unsynced(MANIFEST, &m.to_json(), 0o644)?;
+    let after = m.to_json();
+    if after != before {
+        dir.write_atomic_unsynced(MANIFEST, &after, 0o644)?;
+    }
     Ok(value)
 }
 
@@ -557,10 +616,6 @@ const ENTRY_ROOM: usize = 16 << 10;
 /// of restorations runws adds. Every write of the guard's, while the run
 /// lives, grows the reservation to the new record plus this much.
 pub const FINAL_ROOM: u64 = 128 << 10;
-
-/// The field that says what was cut from a final record that did not fit
-/// its reserved space on a full disk: each list, and how many entries.
-pub const TRUNCATED: &str = "truncated";
 
 /// Creates the temp file of a later [`Owner::update_reserved`], with disk space
 /// allocated for a record as large as `m` plus [`FINAL_ROOM`]: the end of
@@ -613,14 +668,14 @@ pub(crate) fn write_reserved(
 /// `m` serialised in at most `cap` bytes, or `None` when even runws's own
 /// fields do not fit: the lists the run filled in (outputs, imports,
 /// claims, refusals, restorations) lose entries from their ends, the
-/// largest list first, and the record says so under [`TRUNCATED`] (each
+/// largest list first, and the record says so under `truncated` (each
 /// list and how many entries went); then other fields not runws's own.
 pub(crate) fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
     let mut m = m.clone();
-    let mut cut: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut cut = Truncated::new();
     loop {
         if !cut.is_empty() {
-            m.extra.insert(TRUNCATED.into(), serde_json::to_value(&cut).unwrap_or_default());
+            m.truncated = Some(cut.clone());
         }
         let bytes = m.to_json();
         let excess = (bytes.len() as u64).saturating_sub(cap);
@@ -631,13 +686,29 @@ pub(crate) fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
             ("outputs", m.outputs.len()),
             ("inputs", m.inputs.iter().filter(|i| i.from_run.is_some()).count()),
             ("claims", m.claims.iter().filter(|c| !c.made_by_runws).count()),
-            ("refused", m.extra.get("refused").and_then(|v| v.as_array()).map_or(0, Vec::len)),
-            (owned::RESTORED, m.extra.get(owned::RESTORED).and_then(|v| v.as_array()).map_or(0, Vec::len)),
+            ("refused", m.refused.as_ref().map_or(0, Vec::len)),
+            ("restored", m.restored.as_ref().map_or(0, Vec::len)),
         ];
         let Some(&(list, n)) = lens.iter().filter(|(_, n)| *n > 0).max_by_key(|(_, n)| *n) else {
-            // No list left to cut: fields of other parts of runws go whole.
-            let other = m.extra.keys().find(|k| !owned::is_owned(k) && *k != TRUNCATED).cloned()?;
-            m.extra.remove(&other);
+            // No list left to cut: fields of other parts of runws go whole,
+            // in the order of their names.
+            let mut others: Vec<String> = m.extra.keys().cloned().collect();
+            let records = [
+                ("audit", m.audit.is_some()),
+                ("checkpoint", m.checkpoint.is_some()),
+                ("held", m.held.is_some()),
+                ("refused", m.refused.is_some()),
+            ];
+            others.extend(records.iter().filter(|(_, present)| *present).map(|(name, _)| name.to_string()));
+            others.sort();
+            let other = others.into_iter().find(|k| !owned::is_owned(k))?;
+            match other.as_str() {
+                "audit" => m.audit = None,
+                "checkpoint" => m.checkpoint = None,
+                "held" => m.held = None,
+                "refused" => m.refused = None,
+                key => drop(m.extra.remove(key)),
+            }
             *cut.entry(other).or_default() += 1;
             continue;
         };
@@ -663,12 +734,12 @@ pub(crate) fn fitted(m: &Manifest, cap: u64) -> Option<Vec<u8>> {
                     left -= 1;
                 }
             }
-            key => {
-                if let Some(a) = m.extra.get_mut(key).and_then(|v| v.as_array_mut()) {
-                    a.truncate(n - k);
-                }
-            }
+            "refused" => m.refused.iter_mut().for_each(|a| a.truncate(n - k)),
+            _ => m.restored.iter_mut().for_each(|a| a.truncate(n - k)),
         }
         *cut.entry(list.to_string()).or_default() += k as u64;
     }
 }
+
+#[cfg(test)]
+mod tests;

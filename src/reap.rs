@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::fsx::Dir;
 use crate::git;
-use crate::manifest::{self, Claim, Manifest, ReapRecord, Status};
+use crate::manifest::{self, Claim, ClaimKind, Manifest, ReapRecord, Status};
 use crate::pgroup::{self, Procs, RunFacts};
 use crate::procinfo;
 use crate::shown;
@@ -82,7 +82,7 @@ pub struct RunReport {
     /// The status before this reaper looked (or why it could not read it).
     pub status: String,
     pub action: Action,
-    pub reason: String,
+    pub reason: Reason,
     pub steps: Vec<Step>,
 }
 
@@ -165,47 +165,224 @@ pub enum Outcome {
     WouldDo,
 }
 
-/// One step of a teardown (or of a dry run's plan), as a person reads it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub outcome: Outcome,
-    pub message: String,
+/// What a step of a teardown is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// A claimed path, as the run wrote it.
+    Path(String),
+    /// A claimed worktree, as the run wrote it.
+    Worktree(String),
+    /// A claimed branch, as the run wrote it.
+    Branch(String),
+    /// A process group.
+    Group(i32),
+    /// The scratch directories removed.
+    Scratch(Vec<&'static str>),
+    /// One entry of the run directory: a scratch directory, a temp file.
+    Entry(&'static str),
+    /// The run directory, whole.
+    RunDir,
+    /// The record of the teardown in the manifest.
+    Record,
+}
+
+/// Why a step left something in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeptWhy {
+    OutsideRun,
+    NotUtf8,
+    NotPlainInside,
+    IsRunDir,
+    Evidence,
+    SymlinkOnTheWay,
+    NoRepository,
+    /// Not the run's worktree, as [`worktree::owned`] says.
+    NotOwned(String),
+    /// `--keep-branch`.
+    KeepBranch,
+    NotABranchName,
+    /// Its name is not one runws gives the run.
+    NotTheRunsName {
+        run_id: String,
+    },
+    ClaimedByLive {
+        run: String,
+    },
+    CheckedOut {
+        worktree: String,
+    },
+    Unmerged {
+        commit: String,
+    },
+}
+
+/// One step of a teardown (or of a dry run's plan): what was done, as a
+/// value the reaper decides on; [`Step::outcome`] and [`Step::message`]
+/// render it, the latter as a person reads it (`--json` shows both).
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Removed (deleted, for a branch) now.
+    Removed(Item),
+    /// Found gone already.
+    AlreadyGone(Item),
+    /// `--dry-run`: would be removed (from that repository, for a
+    /// worktree or branch).
+    WouldRemove(Item, Option<PathBuf>),
+    /// Left in place on purpose.
+    Kept(Item, KeptWhy),
+    /// A mount point left, with the directories leading to it.
+    MountLeft(PathBuf),
+    /// Could not be done, and why.
+    Failed(Item, String),
+    /// A process group on another host (named when known): not signalled.
+    OnAnotherHost { pgid: String, host: Option<String> },
+    /// A claimed process group that is not a number.
+    NotAGroup(String),
+    /// A claim of a kind this runws does not know.
+    UnknownKind(String),
+    /// A process group the reaper ended, or did not, as [`pgroup`] reports it.
+    Group(pgroup::Ended, String),
+    /// A leftover temp file, as [`crate::leftovers`] reports it.
+    Leftover(Outcome, String),
 }
 
 impl Step {
-    fn new(outcome: Outcome, message: impl Into<String>) -> Step {
-        Step { outcome, message: message.into() }
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Step::Removed(_) | Step::AlreadyGone(_) | Step::OnAnotherHost { .. } => Outcome::Done,
+            Step::WouldRemove(..) => Outcome::WouldDo,
+            Step::Kept(..) | Step::MountLeft(_) => Outcome::Kept,
+            Step::Failed(..) | Step::NotAGroup(_) | Step::UnknownKind(_) => Outcome::Failed,
+            Step::Group(pgroup::Ended::Survived, _) => Outcome::Failed,
+            Step::Group(..) => Outcome::Done,
+            Step::Leftover(outcome, _) => *outcome,
+        }
+    }
+
+    /// The step as a person reads it: every message of a reap is made here
+    /// (a process group's and a leftover's by the module that acted).
+    pub fn message(&self) -> String {
+        match self {
+            Step::Removed(Item::Scratch(names)) => format!("removed scratch {}", names.join(", ")),
+            Step::Removed(Item::Branch(name)) => format!("deleted branch `{}`", shown::text(name)),
+            Step::Removed(item) => format!("removed {}", named(item)),
+            Step::AlreadyGone(item) => format!("{}: already gone", named(item)),
+            Step::WouldRemove(Item::Scratch(names), _) => {
+                format!("would remove scratch {}", names.join(", "))
+            }
+            Step::WouldRemove(Item::Group(pgid), _) => {
+                format!("would end process group {pgid} if every member is still provably the run's")
+            }
+            Step::WouldRemove(item, repo) => {
+                let verb = if matches!(item, Item::Branch(_)) { "delete" } else { "remove" };
+                match repo {
+                    Some(repo) => format!("would {verb} {} of `{}`", named(item), repo.display()),
+                    None => format!("would {verb} {}", named(item)),
+                }
+            }
+            Step::Kept(Item::Branch(name), KeptWhy::KeepBranch) => {
+                format!("kept branch `{}` (--keep-branch)", shown::text(name))
+            }
+            Step::Kept(Item::Path(value), why) => format!("kept `{}`: {}", shown::text(value), kept_why(why)),
+            Step::Kept(item, why) => format!("kept {}: {}", named(item), kept_why(why)),
+            Step::MountLeft(p) => {
+                format!("left mount point `{}` and the directories leading to it", p.display())
+            }
+            Step::Failed(Item::Record, e) => format!("cannot record the teardown: {e}"),
+            Step::Failed(Item::Branch(name), e) => {
+                format!("cannot delete branch `{}`: {e}", shown::text(name))
+            }
+            Step::Failed(item, e) => format!("cannot remove {}: {e}", named(item)),
+            Step::OnAnotherHost { pgid, host: Some(host) } => {
+                format!("process group {pgid}: on host `{host}`, not signalled from here")
+            }
+            Step::OnAnotherHost { pgid, host: None } => {
+                format!("process group {pgid}: on another host, not signalled")
+            }
+            Step::NotAGroup(value) => format!("claimed pgid `{value}` is not a number"),
+            Step::UnknownKind(kind) => format!("unknown claim kind `{kind}`"),
+            Step::Group(_, message) | Step::Leftover(_, message) => message.clone(),
+        }
+    }
+}
+
+/// An item as a step's message names it. Values the run wrote are shown
+/// escaped (see [`crate::shown`]).
+fn named(item: &Item) -> String {
+    match item {
+        Item::Path(v) => format!("path `{}`", shown::text(v)),
+        Item::Worktree(v) => format!("worktree `{}`", shown::text(v)),
+        Item::Branch(v) => format!("branch `{}`", shown::text(v)),
+        Item::Group(pgid) => format!("process group {pgid}"),
+        Item::Scratch(names) => format!("scratch {}", names.join(", ")),
+        Item::Entry(name) => name.to_string(),
+        Item::RunDir => "the run directory".into(),
+        Item::Record => "the record of the teardown".into(),
+    }
+}
+
+fn kept_why(why: &KeptWhy) -> String {
+    match why {
+        KeptWhy::OutsideRun => "outside the run directory".into(),
+        KeptWhy::NotUtf8 => "not UTF-8".into(),
+        KeptWhy::NotPlainInside => "not a plain path inside the run".into(),
+        KeptWhy::IsRunDir => "that is the run directory itself".into(),
+        KeptWhy::Evidence => "evidence is never removed by a claim".into(),
+        KeptWhy::SymlinkOnTheWay => "a symlink is on the way".into(),
+        KeptWhy::NoRepository => "no absolute repository recorded".into(),
+        KeptWhy::NotOwned(why) => why.clone(),
+        KeptWhy::KeepBranch => "--keep-branch".into(),
+        KeptWhy::NotABranchName => "not a branch name".into(),
+        KeptWhy::NotTheRunsName { run_id } => format!(
+            "not a name runws gives this run (`runws/{run_id}`, or one carrying its RUNWS_PREFIX `{}` or its run id)",
+            crate::workspace::prefix_for(run_id)
+        ),
+        KeptWhy::ClaimedByLive { run } => format!("claimed by the live run `{run}` too"),
+        KeptWhy::CheckedOut { worktree } => format!("the worktree `{worktree}` has it checked out"),
+        KeptWhy::Unmerged { commit } => {
+            format!("commit {commit} is on no other ref (unmerged work; `reap --drop-unmerged` deletes it)")
+        }
+    }
+}
+
+/// As `--json` shows a step: its outcome and its message.
+impl Serialize for Step {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut step = s.serialize_struct("Step", 2)?;
+        step.serialize_field("outcome", &self.outcome())?;
+        step.serialize_field("message", &self.message())?;
+        step.end()
     }
 }
 
 /// Removes a claimed path, only if it lies inside the run directory, walking
 /// to it one component at a time without following symlinks.
 fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
-    // The run wrote the value: shown escaped (see [`crate::shown`]).
-    let value = shown::text(&claim.value);
-    let kept = |why: &str| Step::new(Outcome::Kept, format!("kept `{value}`: {why}"));
+    let item = || Item::Path(claim.value.clone());
+    let kept = |why: KeptWhy| Step::Kept(item(), why);
     let path = Path::new(&claim.value);
     let Ok(rel) = path.strip_prefix(run.path()) else {
-        return kept("outside the run directory");
+        return kept(KeptWhy::OutsideRun);
     };
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
             Component::Normal(p) => match p.to_str() {
                 Some(p) => parts.push(p.to_string()),
-                None => return kept("not UTF-8"),
+                None => return kept(KeptWhy::NotUtf8),
             },
-            _ => return kept("not a plain path inside the run"),
+            _ => return kept(KeptWhy::NotPlainInside),
         }
     }
     let Some(last) = parts.pop() else {
-        return kept("that is the run directory itself");
+        return kept(KeptWhy::IsRunDir);
     };
     if parts.is_empty() && matches!(last.as_str(), "manifest.json" | "inputs" | "outputs" | "logs") {
-        return kept("evidence is never removed by a claim");
+        return kept(KeptWhy::Evidence);
     }
-    let gone = || Step::new(Outcome::Done, format!("path `{value}`: already gone"));
-    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot remove path `{value}`: {e}"));
+    let gone = || Step::AlreadyGone(item());
+    let failed = |e: Error| Step::Failed(item(), e.to_string());
     let mut dir = match run.sub(".") {
         Ok(d) => d,
         Err(e) => return failed(e),
@@ -213,7 +390,7 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
     for p in &parts {
         dir = match dir.sub(p) {
             Ok(d) => d,
-            Err(Error::Symlink { .. }) => return kept("a symlink is on the way"),
+            Err(Error::Symlink { .. }) => return kept(KeptWhy::SymlinkOnTheWay),
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 return gone();
             }
@@ -222,14 +399,14 @@ fn remove_claimed_path(run: &RunDir, claim: &Claim, dry_run: bool) -> Step {
     }
     if dry_run {
         return match dir.lstat(&last) {
-            Ok(Some(_)) => Step::new(Outcome::WouldDo, format!("would remove path `{value}`")),
+            Ok(Some(_)) => Step::WouldRemove(item(), None),
             Ok(None) => gone(),
             Err(e) => failed(e),
         };
     }
     match dir.remove_tree(&last) {
         Ok(0) => gone(),
-        Ok(_) => Step::new(Outcome::Done, format!("removed path `{value}`")),
+        Ok(_) => Step::Removed(item()),
         Err(e) => failed(e),
     }
 }
@@ -252,14 +429,13 @@ fn claim_repo(claim: &Claim, dry_run: bool) -> std::result::Result<&Path, Step> 
             }
             Ok(Path::new(r))
         }
-        _ => Err(Step::new(
-            Outcome::Kept,
-            format!(
-                "kept {} `{}`: no absolute repository recorded",
-                shown::text(&claim.kind),
-                shown::text(&claim.value)
-            ),
-        )),
+        _ => {
+            let item = match claim.kind {
+                ClaimKind::Branch => Item::Branch(claim.value.clone()),
+                _ => Item::Worktree(claim.value.clone()),
+            };
+            Err(Step::Kept(item, KeptWhy::NoRepository))
+        }
     }
 }
 
@@ -271,39 +447,32 @@ fn remove_claimed_worktree(run: &RunDir, claim: &Claim, dry_run: bool, planned: 
         Ok(r) => r,
         Err(s) => return s,
     };
-    let value = shown::text(&claim.value);
+    let item = || Item::Worktree(claim.value.clone());
     let owned = match worktree::owned(run, &claim.value, repo) {
         Ok(o) => o,
-        Err(NotOwned::Refused(why)) => {
-            return Step::new(Outcome::Kept, format!("kept worktree `{value}`: {why}"));
-        }
-        Err(NotOwned::Failed(e)) => {
-            return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}"));
-        }
+        Err(NotOwned::Refused(why)) => return Step::Kept(item(), KeptWhy::NotOwned(why.to_string())),
+        Err(NotOwned::Failed(e)) => return Step::Failed(item(), e.to_string()),
     };
     let listed = match owned {
-        Owned::Gone => return Step::new(Outcome::Done, format!("worktree `{value}`: already gone")),
+        Owned::Gone => return Step::AlreadyGone(item()),
         Owned::Present { listed, .. } | Owned::Registered { listed } if dry_run => {
             planned.push(listed);
-            return Step::new(
-                Outcome::WouldDo,
-                format!("would remove worktree `{value}` of `{}`", repo.display()),
-            );
+            return Step::WouldRemove(item(), Some(repo.to_path_buf()));
         }
         Owned::Present { rel, listed } => {
             if let Err(e) = remove_inside(run, &rel) {
-                return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}"));
+                return Step::Failed(item(), e.to_string());
             }
             listed
         }
         Owned::Registered { listed } => listed,
     };
     let Some(listed) = listed.to_str() else {
-        return Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: not UTF-8"));
+        return Step::Failed(item(), "not UTF-8".into());
     };
     match git::run(repo, &["worktree", "remove", "--force", "--force", listed]) {
-        Ok(_) => Step::new(Outcome::Done, format!("removed worktree `{value}`")),
-        Err(e) => Step::new(Outcome::Failed, format!("cannot remove worktree `{value}`: {e}")),
+        Ok(_) => Step::Removed(item()),
+        Err(e) => Step::Failed(item(), e.to_string()),
     }
 }
 
@@ -331,33 +500,29 @@ fn delete_claimed_branch(
     planned: &[PathBuf],
 ) -> Step {
     let name = &claim.value;
-    let shown_name = shown::text(name);
-    let kept = |why: String| Step::new(Outcome::Kept, format!("kept branch `{shown_name}`: {why}"));
+    let item = || Item::Branch(name.clone());
+    let kept = |why: KeptWhy| Step::Kept(item(), why);
     if opts.keep_branch {
-        return Step::new(Outcome::Kept, format!("kept branch `{shown_name}` (--keep-branch)"));
+        return kept(KeptWhy::KeepBranch);
     }
     let repo = match claim_repo(claim, opts.dry_run) {
         Ok(r) => r,
         Err(s) => return s,
     };
     if !worktree::plain_branch_name(name) {
-        return kept("not a branch name".into());
+        return kept(KeptWhy::NotABranchName);
     }
     if !worktree::branch_is_the_runs(&m.run_id, name) {
-        return kept(format!(
-            "not a name runws gives this run (`runws/{}`, or one carrying its RUNWS_PREFIX `{}` or its run id)",
-            m.run_id,
-            crate::workspace::prefix_for(&m.run_id)
-        ));
+        return kept(KeptWhy::NotTheRunsName { run_id: m.run_id.clone() });
     }
-    if let Some(other) = live.claimant(&m.run_id, "branch", name, &claim.repo) {
-        return kept(format!("claimed by the live run `{other}` too"));
+    if let Some(other) = live.claimant(&m.run_id, &ClaimKind::Branch, name, &claim.repo) {
+        return kept(KeptWhy::ClaimedByLive { run: other });
     }
-    let failed = |e: Error| Step::new(Outcome::Failed, format!("cannot delete branch `{shown_name}`: {e}"));
+    let failed = |e: Error| Step::Failed(item(), e.to_string());
     let refname = format!("refs/heads/{name}");
     let tip = match git::run(repo, &["rev-parse", "--verify", "--quiet", &format!("{refname}^{{commit}}")]) {
         Ok(t) if !t.is_empty() => t,
-        _ => return Step::new(Outcome::Done, format!("branch `{shown_name}`: already gone")),
+        _ => return Step::AlreadyGone(item()),
     };
     let worktrees = match git::run(repo, &["worktree", "list", "--porcelain"]) {
         Ok(w) => w,
@@ -368,7 +533,7 @@ fn delete_claimed_branch(
         if let Some(p) = l.strip_prefix("worktree ") {
             at = p;
         } else if l == format!("branch {refname}") && !planned.iter().any(|p| p == Path::new(at)) {
-            return kept(format!("the worktree `{at}` has it checked out"));
+            return kept(KeptWhy::CheckedOut { worktree: at.to_string() });
         }
     }
     // Every ref but this branch, and the repository's own HEAD; other
@@ -391,20 +556,14 @@ fn delete_claimed_branch(
         Err(e) => return failed(e),
     };
     if !only_here.is_empty() && !opts.drop_unmerged {
-        return kept(format!(
-            "commit {} is on no other ref (unmerged work; `reap --drop-unmerged` deletes it)",
-            &only_here[..only_here.len().min(12)]
-        ));
+        return kept(KeptWhy::Unmerged { commit: only_here[..only_here.len().min(12)].to_string() });
     }
     if opts.dry_run {
-        return Step::new(
-            Outcome::WouldDo,
-            format!("would delete branch `{shown_name}` of `{}`", repo.display()),
-        );
+        return Step::WouldRemove(item(), Some(repo.to_path_buf()));
     }
     // Deleted only if it still points where it was checked.
     match git::run(repo, &["update-ref", "-d", &refname, &tip]) {
-        Ok(_) => Step::new(Outcome::Done, format!("deleted branch `{shown_name}`")),
+        Ok(_) => Step::Removed(item()),
         Err(e) => failed(e),
     }
 }
@@ -422,7 +581,7 @@ impl LiveClaims {
     }
 
     /// A live run other than `me` that claims the same thing.
-    fn claimant(&self, me: &str, kind: &str, value: &str, repo: &Option<String>) -> Option<String> {
+    fn claimant(&self, me: &str, kind: &ClaimKind, value: &str, repo: &Option<String>) -> Option<String> {
         let claims = self.claims.get_or_init(|| {
             let mut out = Vec::new();
             let Ok(runs) = self.root.runs_dir(false) else { return out };
@@ -438,7 +597,7 @@ impl LiveClaims {
         });
         claims
             .iter()
-            .find(|(id, c)| id != me && c.kind == kind && c.value == value && &c.repo == repo)
+            .find(|(id, c)| id != me && c.kind == *kind && c.value == value && &c.repo == repo)
             .map(|(id, _)| id.clone())
     }
 }
@@ -459,44 +618,32 @@ fn teardown(
     let group = |pgid: i32, start_time: Option<u64>| {
         if opts.dry_run {
             return if pgid > 1 && procs.group_alive(pgid) {
-                Step::new(
-                    Outcome::WouldDo,
-                    format!("would end process group {pgid} if every member is still provably the run's"),
-                )
+                Step::WouldRemove(Item::Group(pgid), None)
             } else {
-                Step::new(Outcome::Done, format!("process group {pgid}: already gone"))
+                Step::AlreadyGone(Item::Group(pgid))
             };
         }
         let ended = end_group(pgid, start_time, opts.grace, Some(&facts), procs);
-        let outcome = match ended.ended {
-            pgroup::Ended::Survived => Outcome::Failed,
-            pgroup::Ended::AlreadyGone | pgroup::Ended::Signalled | pgroup::Ended::Refused => Outcome::Done,
-        };
-        Step::new(outcome, ended.message)
+        Step::Group(ended.ended, ended.message)
     };
     if let Some(child) = &m.child {
         if same_host {
             steps.push(group(child.pgid, Some(child.start_time)));
         } else {
-            steps.push(Step::new(
-                Outcome::Done,
-                format!("process group {}: on host `{}`, not signalled from here", child.pgid, m.host),
-            ));
+            steps.push(Step::OnAnotherHost { pgid: child.pgid.to_string(), host: Some(m.host.clone()) });
         }
     }
     for c in &m.claims {
-        steps.push(match c.kind.as_str() {
-            "pgid" if same_host => match c.value.parse::<i32>() {
+        steps.push(match &c.kind {
+            ClaimKind::Pgid if same_host => match c.value.parse::<i32>() {
                 Ok(pgid) => group(pgid, c.start_time),
-                Err(_) => Step::new(Outcome::Failed, format!("claimed pgid `{}` is not a number", c.value)),
+                Err(_) => Step::NotAGroup(c.value.clone()),
             },
-            "pgid" => {
-                Step::new(Outcome::Done, format!("process group {}: on another host, not signalled", c.value))
-            }
-            "worktree" => remove_claimed_worktree(run, c, opts.dry_run, &mut planned),
-            "branch" => delete_claimed_branch(m, c, opts, live, &planned),
-            "path" => remove_claimed_path(run, c, opts.dry_run),
-            other => Step::new(Outcome::Failed, format!("unknown claim kind `{other}`")),
+            ClaimKind::Pgid => Step::OnAnotherHost { pgid: c.value.clone(), host: None },
+            ClaimKind::Worktree => remove_claimed_worktree(run, c, opts.dry_run, &mut planned),
+            ClaimKind::Branch => delete_claimed_branch(m, c, opts, live, &planned),
+            ClaimKind::Path => remove_claimed_path(run, c, opts.dry_run),
+            ClaimKind::Unknown(other) => Step::UnknownKind(other.clone()),
         });
     }
     let mut removed = Vec::new();
@@ -512,22 +659,16 @@ fn teardown(
             Ok(r) if !r.mounts_left.is_empty() => mounts.extend(r.mounts_left),
             Ok(r) if r.entries == 0 => {}
             Ok(_) => removed.push(name),
-            Err(e) => steps.push(Step::new(Outcome::Failed, format!("cannot remove {name}: {e}"))),
+            Err(e) => steps.push(Step::Failed(Item::Entry(name), e.to_string())),
         }
     }
     if !removed.is_empty() {
-        let (outcome, verb) =
-            if opts.dry_run { (Outcome::WouldDo, "would remove") } else { (Outcome::Done, "removed") };
-        steps.push(Step::new(outcome, format!("{verb} scratch {}", removed.join(", "))));
+        let scratch = Item::Scratch(removed);
+        steps.push(if opts.dry_run { Step::WouldRemove(scratch, None) } else { Step::Removed(scratch) });
     }
     // Left on purpose, as a path outside the run is: what is mounted there
     // is not the run's to remove (once unmounted, `--keep` removes the run).
-    for m in mounts {
-        steps.push(Step::new(
-            Outcome::Kept,
-            format!("left mount point `{}` and the directories leading to it", m.display()),
-        ));
-    }
+    steps.extend(mounts.into_iter().map(Step::MountLeft));
     // Temp files of writers that died: runws's manifest writes, `put`,
     // `import`.
     // What the manifest records is evidence, whatever its name.
@@ -545,16 +686,96 @@ fn teardown(
     if !opts.dry_run
         && let Err(e) = run.dir.unlink(workspace::FINAL_TEMP)
     {
-        steps.push(Step::new(Outcome::Failed, format!("cannot remove {}: {e}", workspace::FINAL_TEMP)));
+        steps.push(Step::Failed(Item::Entry(workspace::FINAL_TEMP), e.to_string()));
     }
-    let ok = !steps.iter().any(|s| s.outcome == Outcome::Failed);
+    let ok = !steps.iter().any(|s| s.outcome() == Outcome::Failed);
     (steps, ok)
 }
 
-/// The reason given for a run that needed nothing.
-pub const ALREADY_REAPED: &str = "already reaped";
-/// The reason given for a run another reaper removed while this one looked.
-const GONE_MEANWHILE: &str = "removed by another reaper meanwhile";
+/// Why a reaper did what it did with one run: a value the reaper and its
+/// command line decide on, rendered as a person reads it in one place
+/// ([`std::fmt::Display`]; `--json` shows that text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// Nothing to do: torn down before.
+    AlreadyReaped,
+    /// Another reaper removed it while this one looked.
+    GoneMeanwhile,
+    /// Its directory could not be opened.
+    Unopenable(String),
+    /// Its manifest could not be read.
+    Unreadable(String),
+    /// Its lease is valid until then.
+    Live { lease_until: String },
+    /// Its lease ran out, but its runws process is alive.
+    RunwsAlive { lease_until: String, pid: i32 },
+    /// `--dry-run`: nothing holds it.
+    NobodyOwnsIt,
+    /// Its manifest stayed locked.
+    Locked,
+    /// Its manifest stayed locked while it was to be removed whole.
+    LockedForRemoval,
+    /// Taking it over failed.
+    TakeOverFailed(String),
+    /// Torn down: it was running, and its runws is gone.
+    Abandoned,
+    /// Torn down: it had finished.
+    Finished,
+    /// To be removed whole (`--keep`).
+    FinishedBefore(Duration),
+    /// Removed whole (`--keep`).
+    PastRetention,
+    /// Past its retention, but kept.
+    RetentionButTeardownFailed,
+    /// No manifest yet: its runws holds the lock.
+    BeingMade,
+    /// No manifest when listed, one when locked.
+    ManifestAppeared,
+    /// No manifest, and nobody holds it.
+    NoManifest,
+    /// What dead writers left outside run directories.
+    Leftovers,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::AlreadyReaped => f.write_str("already reaped"),
+            Reason::GoneMeanwhile => f.write_str("removed by another reaper meanwhile"),
+            Reason::Unopenable(e) => f.write_str(e),
+            Reason::Unreadable(e) => write!(f, "{e}; nothing proves who owns it"),
+            Reason::Live { lease_until } => write!(f, "live: lease until {lease_until}"),
+            Reason::RunwsAlive { lease_until, pid } => {
+                write!(f, "lease expired at {lease_until} but its runws process {pid} is alive")
+            }
+            Reason::NobodyOwnsIt => f.write_str("nobody owns it"),
+            Reason::Locked => f.write_str("its manifest is locked (a stopped process holds it)"),
+            Reason::LockedForRemoval => {
+                f.write_str("its manifest is locked (another reaper may be removing it)")
+            }
+            Reason::TakeOverFailed(e) => f.write_str(e),
+            Reason::Abandoned => f.write_str("lease expired and its runws process is gone"),
+            Reason::Finished => f.write_str("finished; scratch reclaimed"),
+            Reason::FinishedBefore(keep) => {
+                write!(f, "finished before the last {}", humantime::format_duration(*keep))
+            }
+            Reason::PastRetention => f.write_str("past its retention"),
+            Reason::RetentionButTeardownFailed => {
+                f.write_str("past its retention, but its teardown failed: the run is kept")
+            }
+            Reason::BeingMade => f.write_str("being made: its runws holds its lock"),
+            Reason::ManifestAppeared => f.write_str("its manifest appeared meanwhile"),
+            Reason::NoManifest => f.write_str("no manifest, and the runws that made it is gone"),
+            Reason::Leftovers => f.write_str("left by runws processes that died"),
+        }
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// A leftover's report line as a step.
 fn step_of(f: crate::leftovers::Found, dry_run: bool) -> Step {
@@ -564,7 +785,7 @@ fn step_of(f: crate::leftovers::Found, dry_run: bool) -> Step {
         (true, true) if dry_run => Outcome::WouldDo,
         (true, true) => Outcome::Done,
     };
-    Step::new(outcome, f.message)
+    Step::Leftover(outcome, f.message)
 }
 
 fn reaper_id() -> String {
@@ -575,51 +796,29 @@ fn older_than(t: Option<&str>, keep: Duration, now: SystemTime) -> bool {
     t.and_then(manifest::parse_time).is_some_and(|t| now.duration_since(t).is_ok_and(|age| age >= keep))
 }
 
-/// Why a running run may not be reclaimed yet.
-enum Owner {
-    /// Its lease is valid.
-    Lease(String),
-    /// Its lease ran out, but its runws process is alive.
-    Runws(String),
-}
-
-impl Owner {
-    fn action(&self) -> Action {
-        match self {
-            Owner::Lease(_) => Action::Skipped,
-            Owner::Runws(_) => Action::Refused,
-        }
-    }
-
-    fn why(self) -> String {
-        match self {
-            Owner::Lease(w) | Owner::Runws(w) => w,
-        }
-    }
-}
-
-/// Who still owns a running run; `None` when nobody does.
-fn still_owned(m: &Manifest, now: SystemTime) -> Option<Owner> {
+/// Who still owns a running run ([`Reason::Live`] or
+/// [`Reason::RunwsAlive`]); `None` when nobody does.
+fn still_owned(m: &Manifest, now: SystemTime) -> Option<Reason> {
     if m.lease_valid_at(now) {
-        return Some(Owner::Lease(format!("live: lease until {}", m.lease_until)));
+        return Some(Reason::Live { lease_until: m.lease_until.clone() });
     }
     if m.host == procinfo::hostname() && procinfo::is_same_process(m.runws.pid, m.runws.start_time) {
-        return Some(Owner::Runws(format!(
-            "lease expired at {} but its runws process {} is alive",
-            m.lease_until, m.runws.pid
-        )));
+        return Some(Reason::RunwsAlive { lease_until: m.lease_until.clone(), pid: m.runws.pid });
     }
     None
 }
 
-fn report(run_id: &str, status: &str, action: Action, reason: impl Into<String>) -> RunReport {
-    RunReport {
-        run_id: run_id.to_string(),
-        status: status.to_string(),
-        action,
-        reason: reason.into(),
-        steps: Vec::new(),
+/// What a reaper does with a run still owned: a live lease is skipped, a
+/// live runws past its lease refused.
+fn owned_action(owner: &Reason) -> Action {
+    match owner {
+        Reason::RunwsAlive { .. } => Action::Refused,
+        _ => Action::Skipped,
     }
+}
+
+fn report(run_id: &str, status: &str, action: Action, reason: Reason) -> RunReport {
+    RunReport { run_id: run_id.to_string(), status: status.to_string(), action, reason, steps: Vec::new() }
 }
 
 /// Reaps every run under `root`.
@@ -668,17 +867,16 @@ fn leftover_reports(root: &Root, opts: &Options) -> Vec<RunReport> {
             return;
         }
         let steps: Vec<Step> = found.into_iter().map(|f| step_of(f, opts.dry_run)).collect();
-        let action = if steps.iter().any(|s| s.outcome == Outcome::Failed) {
+        let action = if steps.iter().any(|s| s.outcome() == Outcome::Failed) {
             Action::Failed
-        } else if !steps.iter().any(|s| matches!(s.outcome, Outcome::Done | Outcome::WouldDo)) {
+        } else if !steps.iter().any(|s| matches!(s.outcome(), Outcome::Done | Outcome::WouldDo)) {
             Action::Skipped
         } else if opts.dry_run {
             Action::WouldReap
         } else {
             Action::Reaped
         };
-        let mut r =
-            report(&format!("ROOT/{place}"), "leftovers", action, "left by runws processes that died");
+        let mut r = report(&format!("ROOT/{place}"), "leftovers", action, Reason::Leftovers);
         r.steps = steps;
         out.push(r);
     };
@@ -707,17 +905,18 @@ fn reap_one(
     let run = match RunDir::open(root, id) {
         Ok(r) => r,
         // Listed, then removed by another reaper (`--keep`): nothing to do.
-        Err(Error::NoSuchRun { .. }) => return report(id, "gone", Action::Skipped, GONE_MEANWHILE),
-        Err(e) => return report(id, "unreadable", Action::Skipped, e.to_string()),
+        Err(Error::NoSuchRun { .. }) => return report(id, "gone", Action::Skipped, Reason::GoneMeanwhile),
+        Err(e) => return report(id, "unreadable", Action::Skipped, Reason::Unopenable(e.to_string())),
     };
     let m = match manifest::read(&run.dir) {
         Ok(m) => m,
         Err(Error::ManifestMissing { .. }) => return without_manifest(runs, run, opts),
         Err(e) => {
-            return report(id, "unreadable", Action::Skipped, format!("{e}; nothing proves who owns it"));
+            return report(id, "unreadable", Action::Skipped, Reason::Unreadable(e.to_string()));
         }
     };
-    let status = m.status.as_str();
+    let was = m.status;
+    let status = was.as_str();
 
     // Whole runs past their retention: torn down first, like any other.
     let retention_over = opts.keep.is_some_and(|keep| {
@@ -734,11 +933,10 @@ fn reap_one(
         finished && !held(&m) && older_than(since, keep, now)
     });
     let remove_whole = |run: RunDir, mut r: RunReport| {
-        let keep = opts.keep.unwrap_or_default();
-        r.reason = format!("finished before the last {}", humantime::format_duration(keep));
+        r.reason = Reason::FinishedBefore(opts.keep.unwrap_or_default());
         if opts.dry_run {
             r.action = Action::WouldRemove;
-            r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
+            r.steps.push(Step::WouldRemove(Item::RunDir, None));
             return r;
         }
         // Under the run's lock, so another reaper's record of its own
@@ -746,12 +944,12 @@ fn reap_one(
         // into a directory being removed.
         let Ok(Some(lock)) = run.dir.lock_within(opts.lock_wait) else {
             r.action = Action::Skipped;
-            r.reason = "its manifest is locked (another reaper may be removing it)".into();
+            r.reason = Reason::LockedForRemoval;
             return r;
         };
         if run.dir.is_removed() {
             r.action = Action::Removed;
-            r.reason = GONE_MEANWHILE.into();
+            r.reason = Reason::GoneMeanwhile;
             return r;
         }
         let removed = runs.remove_tree(id);
@@ -760,11 +958,11 @@ fn reap_one(
         match removed {
             Ok(_) => {
                 r.action = Action::Removed;
-                r.reason = "past its retention".into();
+                r.reason = Reason::PastRetention;
             }
             Err(e) => {
                 r.action = Action::Failed;
-                r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
+                r.steps.push(Step::Failed(Item::RunDir, e.to_string()));
             }
         }
         r
@@ -773,7 +971,7 @@ fn reap_one(
     let needs_teardown = match m.status {
         Status::Running => {
             if let Some(owner) = still_owned(&m, now) {
-                return report(id, status, owner.action(), owner.why());
+                return report(id, status, owned_action(&owner), owner);
             }
             true
         }
@@ -781,13 +979,13 @@ fn reap_one(
     };
     if !needs_teardown {
         if retention_over {
-            return remove_whole(run, report(id, status, Action::Removed, ""));
+            return remove_whole(run, report(id, status, Action::Removed, Reason::PastRetention));
         }
-        return report(id, status, Action::Skipped, ALREADY_REAPED);
+        return report(id, status, Action::Skipped, Reason::AlreadyReaped);
     }
     if opts.dry_run {
         let (steps, _) = teardown(&run, &m, opts, procs, live);
-        let mut r = report(id, status, Action::WouldReap, "nobody owns it");
+        let mut r = report(id, status, Action::WouldReap, Reason::NobodyOwnsIt);
         r.steps = steps;
         if retention_over {
             return remove_whole(run, r);
@@ -797,48 +995,42 @@ fn reap_one(
 
     // Take the run over: under the lock, re-check that nobody owns it.
     let Ok(Some(lock)) = run.dir.lock_within(opts.lock_wait) else {
-        return report(id, status, Action::Skipped, "its manifest is locked (a stopped process holds it)");
+        return report(id, status, Action::Skipped, Reason::Locked);
     };
-    let taken = (|| -> Result<std::result::Result<Manifest, String>> {
-        let mut m = manifest::read_settled(&run.dir, &lock)?;
-        if m.status == Status::Running {
-            if let Some(owner) = still_owned(&m, SystemTime::now()) {
-                return Ok(Err(owner.why()));
+    let taken = manifest::update_locked_unsynced(&run.dir, &lock, |m| {
+        let was = m.status;
+        if was == Status::Running {
+            if let Some(owner) = still_owned(m, SystemTime::now()) {
+                return Ok(Err(owner));
             }
             m.status = Status::Abandoned;
-            m.reap = Some(ReapRecord {
-                reaped_at: manifest::format_time(SystemTime::now()),
-                reaped_by: reaper_id(),
-                was: Status::Running,
-                completed: false,
-                actions: Vec::new(),
-            });
-            run.dir.write_atomic_unsynced(crate::workspace::MANIFEST, &m.to_json(), 0o644)?;
-        } else if m.reap.is_none() {
-            m.reap = Some(ReapRecord {
-                reaped_at: manifest::format_time(SystemTime::now()),
-                reaped_by: reaper_id(),
-                was: m.status,
-                completed: false,
-                actions: Vec::new(),
-            });
-            run.dir.write_atomic_unsynced(crate::workspace::MANIFEST, &m.to_json(), 0o644)?;
         }
-        Ok(Ok(m))
-    })();
+        if was == Status::Running || m.reap.is_none() {
+            m.reap = Some(ReapRecord {
+                reaped_at: manifest::format_time(SystemTime::now()),
+                reaped_by: reaper_id(),
+                was,
+                completed: false,
+                actions: Vec::new(),
+            });
+        }
+        Ok(Ok(m.clone()))
+    });
     drop(lock);
     let m = match taken {
         Ok(Ok(m)) => m,
-        Ok(Err(why)) => return report(id, status, Action::Refused, why),
-        Err(e) if removed_meanwhile(&run, &e) => return report(id, status, Action::Skipped, GONE_MEANWHILE),
-        Err(e) => return report(id, status, Action::Failed, e.to_string()),
+        Ok(Err(owner)) => return report(id, status, Action::Refused, owner),
+        Err(e) if removed_meanwhile(&run, &e) => {
+            return report(id, status, Action::Skipped, Reason::GoneMeanwhile);
+        }
+        Err(e) => return report(id, status, Action::Failed, Reason::TakeOverFailed(e.to_string())),
     };
 
     let (steps, ok) = teardown(&run, &m, opts, procs, live);
     let recorded = manifest::update_unsynced(&run.dir, |m| {
         if let Some(r) = m.reap.as_mut() {
             r.completed = ok;
-            r.actions.extend(steps.iter().map(|s| s.message.clone()));
+            r.actions.extend(steps.iter().map(Step::message));
         }
         Ok(())
     });
@@ -846,11 +1038,7 @@ fn reap_one(
         id,
         status,
         if ok { Action::Reaped } else { Action::Failed },
-        if status == "running" {
-            "lease expired and its runws process is gone"
-        } else {
-            "finished; scratch reclaimed"
-        },
+        if was == Status::Running { Reason::Abandoned } else { Reason::Finished },
     );
     r.steps = steps;
     if let Err(e) = &recorded
@@ -858,18 +1046,18 @@ fn reap_one(
     {
         // Another reaper finished this teardown and removed the run whole.
         r.action = Action::Removed;
-        r.reason = GONE_MEANWHILE.into();
+        r.reason = Reason::GoneMeanwhile;
         return r;
     }
     if let Err(e) = recorded {
         r.action = Action::Failed;
-        r.steps.push(Step::new(Outcome::Failed, format!("cannot record the teardown: {e}")));
+        r.steps.push(Step::Failed(Item::Record, e.to_string()));
     }
     if r.action == Action::Reaped && retention_over {
         return remove_whole(run, r);
     }
     if r.action == Action::Failed && retention_over {
-        r.reason = "past its retention, but its teardown failed: the run is kept".into();
+        r.reason = Reason::RetentionButTeardownFailed;
     }
     r
 }
@@ -883,17 +1071,17 @@ fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
     let id = run.id.clone();
     let status = "no-manifest";
     let Ok(Some(lock)) = run.dir.lock_within(Duration::ZERO) else {
-        return report(&id, status, Action::Skipped, "being made: its runws holds its lock");
+        return report(&id, status, Action::Skipped, Reason::BeingMade);
     };
     match manifest::read(&run.dir) {
         Err(Error::ManifestMissing { .. }) => {}
         // Written meanwhile: the next reap looks at it.
-        _ => return report(&id, status, Action::Skipped, "its manifest appeared meanwhile"),
+        _ => return report(&id, status, Action::Skipped, Reason::ManifestAppeared),
     }
-    let reason = "no manifest, and the runws that made it is gone";
+    let reason = Reason::NoManifest;
     if opts.dry_run {
         let mut r = report(&id, status, Action::WouldRemove, reason);
-        r.steps.push(Step::new(Outcome::WouldDo, "would remove the run directory"));
+        r.steps.push(Step::WouldRemove(Item::RunDir, None));
         return r;
     }
     let removed = runs.remove_tree(&id);
@@ -902,7 +1090,7 @@ fn without_manifest(runs: &Dir, run: RunDir, opts: &Options) -> RunReport {
         Ok(_) => report(&id, status, Action::Removed, reason),
         Err(e) => {
             let mut r = report(&id, status, Action::Failed, reason);
-            r.steps.push(Step::new(Outcome::Failed, format!("cannot remove the run directory: {e}")));
+            r.steps.push(Step::Failed(Item::RunDir, e.to_string()));
             r
         }
     }
@@ -918,5 +1106,80 @@ fn removed_meanwhile(run: &RunDir, e: &Error) -> bool {
 /// A run whose seal failed to save anything is held until its retention
 /// ends by its own record, never removed by `--keep`.
 fn held(m: &Manifest) -> bool {
-    m.extra.get("held").and_then(|v| v.as_bool()).unwrap_or(false)
+    m.held == Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each step renders the outcome and the line earlier versions wrote.
+    #[test]
+    fn steps_render_their_outcome_and_message() {
+        let repo = || Some(PathBuf::from("/src/app"));
+        let cases = [
+            (Step::Removed(Item::Path("/r/work/x".into())), Outcome::Done, "removed path `/r/work/x`"),
+            (Step::Removed(Item::Branch("runws/r".into())), Outcome::Done, "deleted branch `runws/r`"),
+            (Step::Removed(Item::Scratch(vec!["home", "tmp"])), Outcome::Done, "removed scratch home, tmp"),
+            (Step::AlreadyGone(Item::Group(42)), Outcome::Done, "process group 42: already gone"),
+            (
+                Step::AlreadyGone(Item::Worktree("/r/repo".into())),
+                Outcome::Done,
+                "worktree `/r/repo`: already gone",
+            ),
+            (
+                Step::WouldRemove(Item::Worktree("/r/repo".into()), repo()),
+                Outcome::WouldDo,
+                "would remove worktree `/r/repo` of `/src/app`",
+            ),
+            (
+                Step::WouldRemove(Item::Branch("runws/r".into()), repo()),
+                Outcome::WouldDo,
+                "would delete branch `runws/r` of `/src/app`",
+            ),
+            (
+                Step::WouldRemove(Item::Group(7), None),
+                Outcome::WouldDo,
+                "would end process group 7 if every member is still provably the run's",
+            ),
+            (Step::WouldRemove(Item::RunDir, None), Outcome::WouldDo, "would remove the run directory"),
+            (
+                Step::Kept(Item::Path("/etc\n".into()), KeptWhy::OutsideRun),
+                Outcome::Kept,
+                "kept `/etc\\n`: outside the run directory",
+            ),
+            (
+                Step::Kept(Item::Branch("b".into()), KeptWhy::KeepBranch),
+                Outcome::Kept,
+                "kept branch `b` (--keep-branch)",
+            ),
+            (
+                Step::Kept(Item::Worktree("/w".into()), KeptWhy::NoRepository),
+                Outcome::Kept,
+                "kept worktree `/w`: no absolute repository recorded",
+            ),
+            (Step::Failed(Item::Entry("home"), "busy".into()), Outcome::Failed, "cannot remove home: busy"),
+            (
+                Step::Failed(Item::RunDir, "busy".into()),
+                Outcome::Failed,
+                "cannot remove the run directory: busy",
+            ),
+            (Step::Failed(Item::Record, "full".into()), Outcome::Failed, "cannot record the teardown: full"),
+            (
+                Step::OnAnotherHost { pgid: "9".into(), host: Some("h".into()) },
+                Outcome::Done,
+                "process group 9: on host `h`, not signalled from here",
+            ),
+            (Step::NotAGroup("x".into()), Outcome::Failed, "claimed pgid `x` is not a number"),
+            (Step::UnknownKind("device".into()), Outcome::Failed, "unknown claim kind `device`"),
+            (Step::Group(pgroup::Ended::Survived, "m".into()), Outcome::Failed, "m"),
+            (Step::Group(pgroup::Ended::Refused, "m".into()), Outcome::Done, "m"),
+        ];
+        for (step, outcome, message) in cases {
+            assert_eq!((step.outcome(), step.message().as_str()), (outcome, message), "{step:?}");
+            let json = serde_json::to_value(&step).unwrap();
+            assert_eq!(json["message"], message);
+        }
+        assert_eq!(serde_json::to_value(Reason::AlreadyReaped).unwrap(), "already reaped");
+    }
 }

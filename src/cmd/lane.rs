@@ -19,6 +19,7 @@ use crate::lane::review::{self, ReviewOptions};
 use crate::lane::{self, Lane, Step, allowed};
 use crate::manifest;
 use crate::run::Request;
+use crate::seal::checkpoint::Source;
 use crate::shown;
 use crate::workspace::{self, Root, RunDir};
 
@@ -189,8 +190,8 @@ fn seal(root: &Root, name: &str) -> anyhow::Result<u8> {
         eprintln!("runws: secret found: {}", shown::line(f));
     }
     let cp = &report.checkpoint;
-    match (cp.source, &cp.archive) {
-        ("receipt", Some(path)) => {
+    match (&cp.source, &cp.archive) {
+        (Source::Receipt, Some(path)) => {
             eprintln!(
                 "runws: sealed lane {name} into {} (sha256:{}); review it with `runws lane review`",
                 path.display(),
@@ -199,7 +200,7 @@ fn seal(root: &Root, name: &str) -> anyhow::Result<u8> {
             println!("{}", path.display());
             Ok(exit::OK)
         }
-        ("quarantine", Some(path)) => {
+        (Source::Quarantine, Some(path)) => {
             eprintln!(
                 "runws: seal of lane {name} failed ({}); saved unscanned to quarantine: {}; this kit is never reviewed",
                 cp.reason.as_deref().unwrap_or("unknown"),

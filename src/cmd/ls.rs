@@ -168,7 +168,7 @@ pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<(
     for o in &m.outputs {
         writeln!(out, "output:    {} ({} bytes, sha256:{})", o.name.shown(), o.bytes, t(&o.sha256))?;
     }
-    if let Some(cut) = m.extra.get(manifest::TRUNCATED).and_then(|v| v.as_object()) {
+    if let Some(cut) = &m.truncated {
         let lists: Vec<String> = cut.iter().map(|(k, n)| format!("{} ({n})", t(k))).collect();
         writeln!(out, "truncated: {} (the disk was full)", lists.join(", "))?;
     }

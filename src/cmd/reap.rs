@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::exit;
-use crate::reap::{self, Action, Options};
+use crate::reap::{self, Action, Options, Reason};
 use crate::shown;
 use crate::workspace;
 
@@ -30,15 +30,15 @@ pub fn reap(
     } else {
         for r in &reports {
             // Quiet about runs that needed nothing.
-            if r.action == Action::Skipped && r.reason == reap::ALREADY_REAPED {
+            if r.action == Action::Skipped && r.reason == Reason::AlreadyReaped {
                 continue;
             }
             // Each on its own line, whatever a run left in a name.
             let (id, status, reason) =
-                (shown::line(&r.run_id), shown::line(&r.status), shown::line(&r.reason));
+                (shown::line(&r.run_id), shown::line(&r.status), shown::line(&r.reason.to_string()));
             writeln!(out, "{:<12} {id}  ({status}): {reason}", r.action.as_str())?;
             for s in &r.steps {
-                writeln!(out, "             - {}", shown::line(&s.message))?;
+                writeln!(out, "             - {}", shown::line(&s.message()))?;
             }
         }
     }

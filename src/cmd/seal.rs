@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::exit;
 use crate::restore;
 use crate::seal::archive::Format;
-use crate::seal::checkpoint::{self, Checkpoint, SealOptions};
+use crate::seal::checkpoint::{self, Checkpoint, SealOptions, Source};
 use crate::seal::scan;
 use crate::workspace::{self, RunDir};
 
@@ -38,13 +38,13 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
         eprintln!("runws: {u}");
     }
     match cp.source {
-        "receipt" => {
+        Source::Receipt => {
             if let (Some(a), Some(sha)) = (&cp.archive, &cp.archive_sha256) {
                 eprintln!("runws: sealed run {run_id} into {} (sha256:{sha})", crate::shown::path(a));
             }
             exit::OK
         }
-        "quarantine" => {
+        Source::Quarantine => {
             eprintln!(
                 "runws: seal of run {run_id} failed ({}); saved unscanned to quarantine: {}",
                 cp.reason.as_deref().unwrap_or("unknown"),

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::Result;
-use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
+use crate::manifest::{Claim, ClaimKind, InputRecord, Manifest, OutputRecord};
 
 /// What a write did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,5 +47,5 @@ pub trait Calls {
 
     /// Records something the run created outside plain files of its own
     /// directory (`path`, `branch`, `worktree`, `pgid`), for `reap`.
-    fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim>;
+    fn claim(&self, kind: &ClaimKind, value: &str, repo: Option<&Path>) -> Result<Claim>;
 }

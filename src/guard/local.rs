@@ -13,15 +13,13 @@ use crate::allowlist;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::{self, copy_and_hash, hash_reader};
 use crate::fsx::{self, Dir};
-use crate::manifest::{self, Claim, InputRecord, Manifest, OutputRecord, Status};
+use crate::manifest::{self, Claim, ClaimKind, InputRecord, Manifest, OutputRecord, RefusedRecord, Status};
 use crate::osname::OsName;
 use crate::procinfo;
 use crate::shown;
 use crate::spool;
 use crate::workspace::{self, Root, RunDir};
 
-/// The manifest field listing the guard calls refused by `--allow-import`.
-pub const REFUSED: &str = "refused";
 /// At most this many refusals are listed; the last entry is the latest.
 const MAX_REFUSED: usize = 100;
 /// The longest value or repository a claim records, in bytes (a path's
@@ -284,22 +282,19 @@ impl Local {
     /// `refused` list (when, the call, the run asked for, the name, why)
     /// and returns the refusal, or why it could not be recorded.
     pub(crate) fn record_refusal(&self, call: &str, run: &str, name: &OsStr, refusal: Error) -> Error {
-        let entry = serde_json::json!({
-            "at": manifest::format_time(SystemTime::now()),
-            "call": call,
-            "run": run,
-            "name": OsName::from(name),
-            "why": refusal.to_string(),
-        });
+        let entry = RefusedRecord {
+            at: manifest::format_time(SystemTime::now()),
+            call: call.to_string(),
+            name: OsName::from(name),
+            run: run.to_string(),
+            why: refusal.to_string(),
+            extra: Default::default(),
+        };
         let recorded = manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
-            let mut list = match m.extra.remove(REFUSED) {
-                Some(serde_json::Value::Array(a)) => a,
-                _ => Vec::new(),
-            };
+            let list = m.refused.get_or_insert_with(Vec::new);
             list.truncate(MAX_REFUSED - 1);
             list.push(entry);
-            m.extra.insert(REFUSED.into(), list.into());
             Ok(())
         });
         match recorded {
@@ -409,7 +404,7 @@ impl Calls for Local {
     /// name (see [`crate::worktree`]); a process group is accepted only when
     /// its leader is alive and it and every member descend from this run's
     /// runws; anything else is refused here, and again by the reaper.
-    fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
+    fn claim(&self, kind: &ClaimKind, value: &str, repo: Option<&Path>) -> Result<Claim> {
         let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
         let absolute = |p: &Path| cwd.join(p).display().to_string();
         let too_long = |what: &str, len: usize| {
@@ -425,21 +420,21 @@ impl Calls for Local {
             return Err(bad("empty or holds NUL"));
         }
         let mut claim = Claim {
-            kind: kind.to_string(),
+            kind: kind.clone(),
             value: value.to_string(),
             repo: None,
             start_time: None,
             claimed_at: manifest::format_time(SystemTime::now()),
             made_by_runws: false,
         };
-        match kind {
-            "path" => claim.value = absolute(Path::new(value)),
-            "branch" | "worktree" => {
+        match claim.kind.clone() {
+            ClaimKind::Path => claim.value = absolute(Path::new(value)),
+            ClaimKind::Branch | ClaimKind::Worktree => {
                 let repo_dir = absolute(repo.unwrap_or(Path::new(".")));
                 if repo_dir.len() > MAX_CLAIM_BYTES {
                     return Err(too_long("repository", repo_dir.len()));
                 }
-                if kind == "branch" {
+                if claim.kind == ClaimKind::Branch {
                     if !crate::worktree::plain_branch_name(value) {
                         return Err(bad("not a branch name"));
                     }
@@ -462,12 +457,12 @@ impl Calls for Local {
                 }
                 claim.repo = Some(repo_dir);
             }
-            "pgid" => {
+            ClaimKind::Pgid => {
                 let pgid: i32 =
                     value.parse().ok().filter(|p| *p > 1).ok_or_else(|| bad("not a process group id"))?;
                 claim.value = pgid.to_string();
             }
-            _ => {
+            ClaimKind::Unknown(_) => {
                 return Err(Error::Usage(format!(
                     "cannot claim `{kind}`: use path, branch, worktree or pgid"
                 )));
@@ -493,7 +488,7 @@ impl Calls for Local {
                     self.run.id
                 )));
             }
-            if claim.kind == "pgid" {
+            if claim.kind == ClaimKind::Pgid {
                 // Only a group the run made: its leader and every member
                 // descend from this run's runws. The leader's start time is
                 // kept so a reused id is not taken for it at reap time.

@@ -18,7 +18,7 @@ use super::calls::{Calls, Written};
 use super::wire::{self, MAX_PUBLISH, Reply, Request, SOCKET};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
-use crate::manifest::{Claim, InputRecord, Manifest, OutputRecord};
+use crate::manifest::{Claim, ClaimKind, InputRecord, Manifest, OutputRecord};
 use crate::store::{LeaseInfo, PublishOutcome};
 use crate::workspace::{self, RunDir};
 
@@ -154,24 +154,24 @@ impl Calls for Remote {
     /// A `pgid` claim is accepted but not recorded: its numbers mean nothing
     /// outside the PID namespace, and every process of a sandboxed run ends
     /// with the run anyway.
-    fn claim(&self, kind: &str, value: &str, repo: Option<&Path>) -> Result<Claim> {
+    fn claim(&self, kind: &ClaimKind, value: &str, repo: Option<&Path>) -> Result<Claim> {
         // Relative paths mean the caller's directory, which runws cannot see.
         let cwd = std::env::current_dir().ctx("cannot read the current directory", ".")?;
         let value = match kind {
-            "path" | "worktree" => cwd.join(value).display().to_string(),
+            ClaimKind::Path | ClaimKind::Worktree => cwd.join(value).display().to_string(),
             _ => value.to_string(),
         };
         let repo = match kind {
-            "branch" | "worktree" => Some(cwd.join(repo.unwrap_or(Path::new(".")))),
+            ClaimKind::Branch | ClaimKind::Worktree => Some(cwd.join(repo.unwrap_or(Path::new(".")))),
             _ => None,
         };
-        let req = Request::Claim { kind: kind.into(), value: value.clone(), repo: repo.clone() };
+        let req = Request::Claim { kind: kind.clone(), value: value.clone(), repo: repo.clone() };
         let (v, _) = self.call(&req, None)?;
         if !v.is_null() {
             return decode(v);
         }
         Ok(Claim {
-            kind: kind.into(),
+            kind: kind.clone(),
             value,
             repo: repo.map(|r| r.display().to_string()),
             start_time: None,

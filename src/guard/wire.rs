@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::fsx::Dir;
+use crate::manifest::ClaimKind;
 use crate::osname::OsName;
 
 /// The socket's name in the run's `run/` directory.
@@ -43,7 +44,7 @@ pub enum Request {
     },
     Info,
     Claim {
-        kind: String,
+        kind: ClaimKind,
         value: String,
         repo: Option<PathBuf>,
     },

@@ -26,7 +26,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
 use crate::manifest::{self, Status};
 use crate::seal::archive::{Format, PackOptions};
-use crate::seal::checkpoint::{self, Checkpoint, SealOptions, Subject, Target};
+use crate::seal::checkpoint::{self, Checkpoint, SealOptions, Source, Subject, Target};
 use crate::seal::exclude::is_never_packed_name;
 use crate::seal::scan::{Finding, Scanner};
 use crate::workspace::RunDir;
@@ -277,10 +277,11 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
         Target { src: lane.path(), dir: &dir, stem: &stem, subject: Subject::Lane { lane: &lane.name } };
     let cp = checkpoint::seal_tree(&target, &pack, prior, false)?;
 
-    checker.scan = Some(if cp.source == "receipt" { "clean".into() } else { cp.source.to_string() });
+    checker.scan =
+        Some(if cp.source == Source::Receipt { "clean".into() } else { cp.source.as_str().to_string() });
     checker.findings = cp.findings.clone();
-    match (cp.source, &cp.archive, &cp.archive_sha256) {
-        ("receipt", Some(path), Some(sha)) => {
+    match (&cp.source, &cp.archive, &cp.archive_sha256) {
+        (Source::Receipt, Some(path), Some(sha)) => {
             let sum = check_checksum(path, sha);
             checker.ok = sum.ok;
             let detail = format!("checksum {}", sum.detail);

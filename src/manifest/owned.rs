@@ -10,9 +10,10 @@
 //! cannot keep runws from recording how it ended. What the guard records
 //! (outputs, imports, claims, refusals) is kept from disk, entry by entry,
 //! when it passes the same checks every reader makes; an entry that does not
-//! is dropped. Each restoration is recorded under `restored`: when, which
-//! fields, which entries were dropped, and why the file could not be read
-//! when it could not.
+//! is dropped, and so is any other record of runws's (a checkpoint, an
+//! audit) that does not read as its type. Each restoration is recorded
+//! under `restored`: when, which fields, which entries were dropped, and why
+//! the file could not be read when it could not.
 //!
 //! A run that is not `running` on disk was taken over by the reaper, and
 //! runws leaves that record as it is, but only when runws's lease did run out
@@ -24,6 +25,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
+use super::records::{RECORDS, RefusedRecord, RestoredRecord};
 use super::{
     Claim, InputRecord, MANIFEST, Manifest, OutputRecord, Status, format_time, parse_time, read_bytes,
 };
@@ -63,7 +65,7 @@ const OWNED: &[&str] = &[
     "sandbox",
     "worktree",
     "allow_import",
-    RESTORED,
+    "restored",
 ];
 
 /// True for a field `runws run` alone writes.
@@ -74,8 +76,6 @@ pub(super) fn is_owned(key: &str) -> bool {
 /// How long the final record waits for the run directory's lock.
 const FINAL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The field that records each restoration.
-pub const RESTORED: &str = "restored";
 /// At most this many restorations are listed; the last entry is the latest.
 const MAX_RESTORED: usize = 20;
 
@@ -286,6 +286,17 @@ impl Owner {
         keep_valid::<OutputRecord>(&mut disk, "outputs", note, |o, i| o.validate(i, run_id));
         keep_valid::<InputRecord>(&mut disk, "inputs", note, InputRecord::validate);
         keep_valid::<Claim>(&mut disk, "claims", note, Claim::validate);
+        keep_valid::<RefusedRecord>(&mut disk, "refused", note, |_, _| Ok(()));
+        // Any other record of runws's that does not read as its type goes
+        // whole (the ones runws owns were put back above).
+        for (field, check) in RECORDS {
+            if let Some(value) = disk.get(*field).filter(|v| !v.is_null())
+                && let Err(why) = check(value)
+            {
+                note.dropped.push(super::bad(field, why));
+                disk.remove(*field);
+            }
+        }
         let mut m: Manifest = serde_json::from_value(Value::Object(disk)).map_err(|e| e.to_string())?;
         // The inputs runws copied in are its own; imports are the guard's.
         // An import recorded under the path of one of runws's own inputs is
@@ -314,30 +325,24 @@ impl Owner {
         if note.fields.is_empty() && note.dropped.is_empty() && note.why.is_none() {
             return m;
         }
-        let mut entry = Map::new();
-        entry.insert("at".into(), format_time(now).into());
-        entry.insert("fields".into(), note.fields.into());
-        if !note.dropped.is_empty() {
-            let more = note.dropped.len().saturating_sub(MAX_DROPPED);
-            let mut dropped: Vec<String> = note.dropped.iter().take(MAX_DROPPED).map(|d| clip(d)).collect();
-            if more > 0 {
-                dropped.push(format!("and {more} more"));
-            }
-            entry.insert("dropped".into(), dropped.into());
+        let more = note.dropped.len().saturating_sub(MAX_DROPPED);
+        let mut dropped: Vec<String> = note.dropped.iter().take(MAX_DROPPED).map(|d| clip(d)).collect();
+        if more > 0 {
+            dropped.push(format!("and {more} more"));
         }
-        if let Some(why) = note.why.as_deref().map(clip) {
-            entry.insert(
-                "why".into(),
-                format!("the manifest could not be read ({why}); rewritten from runws's own record").into(),
-            );
-        }
-        let mut list = match self.m.extra.get(RESTORED) {
-            Some(Value::Array(a)) => a.clone(),
-            _ => Vec::new(),
+        let entry = RestoredRecord {
+            at: format_time(now),
+            dropped,
+            fields: note.fields,
+            why: note.why.as_deref().map(|why| {
+                format!("the manifest could not be read ({}); rewritten from runws's own record", clip(why))
+            }),
+            extra: Map::new(),
         };
+        let mut list = self.m.restored.clone().unwrap_or_default();
         list.truncate(MAX_RESTORED - 1);
-        list.push(Value::Object(entry));
-        m.extra.insert(RESTORED.into(), Value::Array(list));
+        list.push(entry);
+        m.restored = Some(list);
         m
     }
 }

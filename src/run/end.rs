@@ -89,10 +89,8 @@ pub(super) fn finish(
         let now = manifest::format_time(SystemTime::now());
         m.lease_until = now.clone();
         m.finished_at = Some(now);
-        if let (Some(at), Some(rec)) =
-            (lease_lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
-        {
-            rec.insert("lost_at".into(), at.into());
+        if let (Some(at), Some(rec)) = (lease_lost_at, m.lease.as_mut()) {
+            rec.lost_at = Some(at);
         }
         Ok(())
     };

@@ -82,7 +82,7 @@ pub struct Plain;
 impl Isolation for Plain {
     fn prepare(&mut self, at: &Preparing<'_>, _spec: &mut Spec, m: &mut Manifest) -> Result<()> {
         if !at.allow_import.is_empty() {
-            m.extra.insert(crate::allowlist::FIELD.into(), at.allow_import.to_vec().into());
+            m.allow_import = Some(at.allow_import.to_vec());
         }
         Ok(())
     }

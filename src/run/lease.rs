@@ -71,12 +71,15 @@ impl Drop for RunLease {
 }
 
 impl RunLease {
-    pub fn record(&self) -> serde_json::Value {
-        serde_json::json!({
-            "key": self.key,
-            "token": self.token,
-            "holder": self.holder,
-            "store": store::redact_url(&self.url),
-        })
+    /// The manifest's `lease` record of the run that holds it.
+    pub fn record(&self) -> manifest::LeaseRecord {
+        manifest::LeaseRecord {
+            holder: self.holder.clone(),
+            key: self.key.clone(),
+            lost_at: None,
+            store: store::redact_url(&self.url),
+            token: self.token,
+            extra: Default::default(),
+        }
     }
 }

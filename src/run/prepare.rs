@@ -21,7 +21,7 @@ use crate::envbuild::{self, RunPaths};
 use crate::error::{Error, IoContext};
 use crate::fingerprint;
 use crate::fsx::{DirLock, Reserved};
-use crate::manifest::{self, Claim, EnvRecord, Manifest, ProcessRecord, Status};
+use crate::manifest::{self, Claim, ClaimKind, EnvRecord, Manifest, ProcessRecord, Status};
 use crate::ports::{self, Ports};
 use crate::procinfo;
 use crate::workspace::{self, Root, RunDir};
@@ -71,7 +71,7 @@ pub(super) fn prepare<'r>(
     let Checked { mut req, id, job, root, invoked_from, grants } = checked;
     let mut m = first_record(&req, &id, job, &invoked_from);
     if let Some(l) = &lease {
-        m.extra.insert("lease".into(), l.record());
+        m.lease = Some(l.record());
     }
     // The final record's temp file, with its disk space, before anything
     // else needs space: a run that could not record its end never starts
@@ -142,6 +142,16 @@ fn first_record(req: &Request, id: &str, job: String, invoked_from: &Path) -> Ma
         outputs: Vec::new(),
         claims: Vec::new(),
         reap: None,
+        allow_import: None,
+        audit: None,
+        checkpoint: None,
+        held: None,
+        lease: None,
+        refused: None,
+        restored: None,
+        sandbox: None,
+        truncated: None,
+        worktree: None,
         extra: Default::default(),
     }
 }
@@ -284,9 +294,11 @@ fn add_worktree(
     )?;
     let now = manifest::format_time(SystemTime::now());
     let repo = Some(added.repo.display().to_string());
-    for (kind, value) in [("worktree", added.path.display().to_string()), ("branch", added.branch.clone())] {
+    for (kind, value) in
+        [(ClaimKind::Worktree, added.path.display().to_string()), (ClaimKind::Branch, added.branch.clone())]
+    {
         m.claims.push(Claim {
-            kind: kind.into(),
+            kind,
             value,
             repo: repo.clone(),
             start_time: None,
@@ -294,10 +306,13 @@ fn add_worktree(
             made_by_runws: true,
         });
     }
-    m.extra.insert(
-        "worktree".into(),
-        serde_json::json!({ "repo": added.repo, "path": added.path, "branch": added.branch, "base": added.base }),
-    );
+    m.worktree = Some(manifest::WorktreeRecord {
+        base: added.base.clone(),
+        branch: added.branch.clone(),
+        path: added.path.display().to_string(),
+        repo: added.repo.display().to_string(),
+        extra: Default::default(),
+    });
     Ok(added)
 }
 

@@ -190,10 +190,8 @@ impl Started<'_> {
                 if m.status == Status::Running {
                     m.lease_until = manifest::now_plus(ttl);
                 }
-                if let (Some(at), Some(rec)) =
-                    (&lost_at, m.extra.get_mut("lease").and_then(|r| r.as_object_mut()))
-                {
-                    rec.insert("lost_at".into(), at.clone().into());
+                if let (Some(at), Some(rec)) = (&lost_at, m.lease.as_mut()) {
+                    rec.lost_at = Some(at.clone());
                 }
                 Ok(())
             });
@@ -246,7 +244,7 @@ impl Started<'_> {
         let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
         finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at)
             .with_context(|| format!("cannot record the end of run `{id}`"))?;
-        if record.record().extra.contains_key(manifest::RESTORED) {
+        if record.record().restored.is_some() {
             eprintln!(
                 "runws: warning: the manifest of run `{id}` was changed by its command; runws put back what it records itself (see `restored` in the manifest)"
             );

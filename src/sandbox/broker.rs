@@ -47,6 +47,7 @@ use crate::fsx::Dir;
 use crate::guard::calls::{Calls, Written};
 use crate::guard::local::Local;
 use crate::guard::wire::{self, MAX_PUBLISH, MAX_REQUEST, Reply, Request, SOCKET};
+use crate::manifest::ClaimKind;
 use crate::spool::Spool;
 use crate::store::{self, PublishOutcome, Store};
 use crate::workspace::{Root, RunDir};
@@ -261,7 +262,7 @@ fn answer(
         }
         Request::Info => (json(&guard.manifest()?), Body::Nothing),
         Request::Claim { kind, value, repo } => {
-            if kind == "pgid" {
+            if kind == ClaimKind::Pgid {
                 // Its numbers mean nothing outside the PID namespace, and
                 // every process of a sandboxed run ends with it anyway.
                 (serde_json::Value::Null, Body::Nothing)

@@ -40,8 +40,8 @@ impl Isolation for Isolated {
         }
         let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, m)?;
         setup.git_common = sandboxed_worktree.map(|w| w.common_dir.clone());
-        if let Some(rec) = m.extra.get_mut(super::RECORD_FIELD).and_then(|r| r.as_object_mut()) {
-            rec.insert(crate::allowlist::FIELD.into(), at.allow_import.to_vec().into());
+        if let Some(rec) = m.sandbox.as_mut() {
+            rec.allow_import = Some(at.allow_import.to_vec());
         }
         self.setup = Some(setup);
         Ok(())

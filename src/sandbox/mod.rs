@@ -47,6 +47,7 @@ mod isolated;
 pub mod mounts;
 pub mod ns;
 mod plan;
+mod record;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -58,6 +59,7 @@ use serde::{Deserialize, Serialize};
 
 pub use isolated::Isolated;
 pub use plan::{Options, prepare};
+pub use record::{Kind, Missing, Net, Record};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
@@ -65,76 +67,6 @@ use mounts::MountOp;
 
 /// The hidden subcommand the child executes.
 pub const INIT_COMMAND: &str = "__sandbox-init";
-
-/// What kind of isolation a run asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// `run --sandbox`: read-only file system, private /tmp, hidden home.
-    Sandbox,
-    /// `audit`: everything outside the run behind a copy-on-write layer.
-    Audit,
-}
-
-/// `--net`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Net {
-    /// A network namespace with only loopback.
-    None,
-    /// The host's network.
-    Host,
-}
-
-/// A protection `--sandbox=try` had to go without.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Missing {
-    pub protection: String,
-    pub why: String,
-}
-
-/// The manifest's `sandbox` record: what was asked for and what was missing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    pub kind: Kind,
-    /// `on` (refuse the run when a protection fails) or `try`.
-    pub mode: String,
-    pub net: Net,
-    /// True when runws was not root and used a user namespace.
-    pub user_namespace: bool,
-    #[serde(default)]
-    pub rw: Vec<String>,
-    #[serde(default)]
-    pub ro: Vec<String>,
-    #[serde(default)]
-    pub hide: Vec<String>,
-    /// Every mount the layout made, in order (sandbox only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub layout: Vec<MountOp>,
-    /// Whether the command could create user namespaces (`--allow-userns`;
-    /// records written before the filter existed did allow them).
-    #[serde(default = "allowed")]
-    pub nested_userns: bool,
-    /// The host uid and gid the command ran as when runws was root and
-    /// mapped it to an unprivileged id (uid 0 inside the sandbox).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_ids: Option<(u32, u32)>,
-    #[serde(default)]
-    pub missing: Vec<Missing>,
-}
-
-fn allowed() -> bool {
-    true
-}
-
-/// The manifest field names this module owns (kept in `Manifest::extra`).
-pub use crate::manifest::SANDBOX_FIELD as RECORD_FIELD;
-pub const AUDIT_FIELD: &str = "audit";
-
-/// The sandbox record of a run, when it ran in one.
-pub fn record_of(m: &Manifest) -> Option<Record> {
-    m.extra.get(RECORD_FIELD).and_then(|v| serde_json::from_value(v.clone()).ok())
-}
 
 /// Everything the init needs, passed as one JSON argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -264,10 +196,8 @@ pub fn note_missing(m: &mut Manifest, missing: &[Missing]) {
     if missing.is_empty() {
         return;
     }
-    if let Some(rec) = m.extra.get_mut(RECORD_FIELD)
-        && let Some(obj) = rec.as_object_mut()
-    {
-        obj.insert("missing".into(), serde_json::to_value(missing).unwrap_or_default());
+    if let Some(rec) = m.sandbox.as_mut() {
+        rec.missing = missing.to_vec();
     }
     let names: Vec<&str> = missing.iter().map(|m| m.protection.as_str()).collect();
     eprintln!("runws: warning: --sandbox=try: running without {}", names.join(", "));
@@ -318,7 +248,7 @@ impl Setup {
         let report: audit::Report = serde_json::from_slice(&bytes)
             .map_err(|e| Error::Sandbox(format!("unreadable audit report: {e}")))?;
         crate::manifest::update(&run.dir, false, |m| {
-            m.extra.insert(AUDIT_FIELD.into(), serde_json::to_value(&report).unwrap_or_default());
+            m.audit = Some(report.clone());
             Ok(())
         })?;
         if self.json {

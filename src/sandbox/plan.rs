@@ -33,7 +33,7 @@ use crate::manifest::{EnvRecord, Manifest};
 use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
 
 use super::mounts::{self, MountOp};
-use super::{Kind, Net, Plan, RECORD_FIELD, Record, Setup, broker, init_argv, plan_file};
+use super::{Kind, Net, Plan, Record, Setup, broker, init_argv, plan_file};
 
 /// What the user asked for on the command line.
 #[derive(Debug, Clone)]
@@ -466,11 +466,12 @@ pub fn prepare(
         nested_userns: opts.allow_userns,
         host_ids,
         missing: Vec::new(),
+        allow_import: None,
+        extra: Default::default(),
     };
-    m.extra.insert(
-        RECORD_FIELD.into(),
-        serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?,
-    );
+    // A path JSON cannot hold refuses the run here, not at a later write.
+    serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?;
+    m.sandbox = Some(record);
     // Shared cache locks, held for the run's life: `cache warm` (exclusive)
     // never rewrites a cache a live run shows.
     let mut cache_locks = Vec::new();

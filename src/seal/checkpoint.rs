@@ -58,23 +58,8 @@ impl Default for SealOptions {
     }
 }
 
-/// How the checkpoint ended.
-#[derive(Debug, Clone, Serialize)]
-pub struct Checkpoint {
-    /// `receipt` (sealed and scanned), `quarantine`, or `none`.
-    pub source: &'static str,
-    pub archive: Option<PathBuf>,
-    pub archive_sha256: Option<String>,
-    pub receipt: Option<PathBuf>,
-    /// Why the seal failed, when it did.
-    pub reason: Option<String>,
-    /// The scan's findings, redacted.
-    pub findings: Vec<String>,
-    /// What the scan could not look inside, and why.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_scanned: Vec<String>,
-    pub at: String,
-}
+/// How the checkpoint ended: also the manifest's `checkpoint` record.
+pub use crate::manifest::{Checkpoint, Source};
 
 /// The scanner as the pack's inspector: one streaming scan per file, which
 /// also looks inside compressed files and archives.
@@ -113,7 +98,7 @@ struct Receipt<'a> {
     job: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lane: Option<&'a str>,
-    source: &'static str,
+    source: &'a str,
     archive: String,
     archive_sha256: &'a str,
     archive_bytes: u64,
@@ -308,10 +293,10 @@ pub fn seal_tree(
             findings: findings.clone(),
             not_scanned: &inspector.unscanned,
         };
-        write_receipt(&receipt, &report, target, "quarantine", Some(&failure), scan, pack_opts)?;
+        write_receipt(&receipt, &report, target, &Source::Quarantine, Some(&failure), scan, pack_opts)?;
         archive::write_sha256_file(&qpath, &report.archive_sha256)?;
         Ok(Checkpoint {
-            source: "quarantine",
+            source: Source::Quarantine,
             archive: Some(qpath.clone()),
             archive_sha256: Some(report.archive_sha256),
             receipt: Some(receipt),
@@ -319,10 +304,11 @@ pub fn seal_tree(
             findings: findings.clone(),
             not_scanned: not_scanned.clone(),
             at: manifest::format_time(SystemTime::now()),
+            extra: Default::default(),
         })
     })();
     Ok(quarantined.unwrap_or_else(|qe| Checkpoint {
-        source: "none",
+        source: Source::None,
         archive: None,
         archive_sha256: None,
         receipt: None,
@@ -330,6 +316,7 @@ pub fn seal_tree(
         findings,
         not_scanned,
         at: manifest::format_time(SystemTime::now()),
+        extra: Default::default(),
     }))
 }
 
@@ -348,7 +335,7 @@ fn write_receipt(
     path: &Path,
     report: &PackReport,
     target: &Target<'_>,
-    source: &'static str,
+    source: &Source,
     reason: Option<&str>,
     scan: ScanResult<'_>,
     opts: &PackOptions,
@@ -362,7 +349,7 @@ fn write_receipt(
         run_id,
         job,
         lane,
-        source,
+        source: source.as_str(),
         archive: report
             .archive_path
             .file_name()
@@ -414,7 +401,7 @@ fn publish(
         findings: Vec::new(),
         not_scanned: unscanned,
     };
-    let written = write_receipt(&receipt, &report, target, "receipt", None, scan, opts)
+    let written = write_receipt(&receipt, &report, target, &Source::Receipt, None, scan, opts)
         .and_then(|()| archive::write_sha256_file(final_path, &report.archive_sha256));
     if let Err(e) = written {
         // A seal is never reported on a partial result.
@@ -423,7 +410,7 @@ fn publish(
         return Err(e);
     }
     Ok(Checkpoint {
-        source: "receipt",
+        source: Source::Receipt,
         archive: Some(final_path.to_path_buf()),
         archive_sha256: Some(report.archive_sha256.clone()),
         receipt: Some(receipt),
@@ -431,30 +418,21 @@ fn publish(
         findings: Vec::new(),
         not_scanned: unscanned.iter().map(|u| u.to_string()).collect(),
         at: manifest::format_time(SystemTime::now()),
+        extra: Default::default(),
     })
 }
 
 /// Records the checkpoint in the manifest; a run with nothing saved is held.
 fn record(run: &RunDir, cp: Checkpoint) -> Result<Checkpoint> {
-    let value = serde_json::to_value(&cp).map_err(|e| Error::Other(e.to_string()))?;
+    // A path JSON cannot hold fails here, before the manifest is touched.
+    serde_json::to_value(&cp).map_err(|e| Error::Other(e.to_string()))?;
     manifest::update(&run.dir, true, |m| {
         // Precedence: a receipt is never replaced by a quarantine or nothing.
-        let current = m
-            .extra
-            .get("checkpoint")
-            .and_then(|c| c.get("source"))
-            .and_then(|s| s.as_str())
-            .map(str::to_string);
-        let current = current.as_deref();
-        let rank = |s: Option<&str>| match s {
-            Some("receipt") => 2,
-            Some("quarantine") => 1,
-            _ => 0,
-        };
-        if rank(current) <= rank(Some(cp.source)) {
-            m.extra.insert("checkpoint".into(), value.clone());
+        let current = m.checkpoint.as_ref().map_or(0, |c| c.source.rank());
+        if current <= cp.source.rank() {
+            m.checkpoint = Some(cp.clone());
         }
-        m.extra.insert("held".into(), serde_json::Value::Bool(cp.source == "none" && rank(current) == 0));
+        m.held = Some(cp.source == Source::None && current == 0);
         Ok(())
     })?;
     Ok(cp)

@@ -204,3 +204,21 @@ fn free_bytes(p: &Path) -> u64 {
     let st = nix::sys::statvfs::statvfs(p).unwrap();
     st.blocks_available() * st.fragment_size()
 }
+
+/// A manifest as runws wrote it before its records were typed, with every
+/// record present, reads, and shows as it was written.
+#[test]
+fn a_manifest_with_every_record_shows_as_written() {
+    let env = Env::new();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifest_every_record.json");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let dir = env.run_dir("r-full");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("manifest.json"), &bytes).unwrap();
+    let out = env.run(&["show", "r-full", "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&out.ok().stdout).unwrap();
+    assert_eq!(shown, serde_json::from_slice::<serde_json::Value>(&bytes).unwrap());
+    env.run(&["ls"]).ok().stdout_has("r-full").stdout_has("succeeded");
+    env.run(&["show", "r-full"]).ok().stdout_has("truncated: outputs (");
+}

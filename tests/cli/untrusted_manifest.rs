@@ -321,3 +321,70 @@ PY
     assert_eq!(f["inputs"], p["inputs"], "{f}");
     assert_eq!(f["input_fingerprint"], p["input_fingerprint"]);
 }
+
+/// A forged record of runws's own (a checkpoint before any seal, a refusal
+/// list of junk) never makes the run unreadable: runws's final record drops
+/// what does not read as its type, entry by entry for the guard's list, and
+/// says so under `restored`.
+#[test]
+fn a_forged_record_of_runws_is_dropped_from_the_final_record() {
+    let env = Env::new();
+    let script = self_edit(
+        "m['checkpoint'] = 7; m['held'] = 'yes'; m['audit'] = 'none'; m['truncated'] = 'all'; \
+         m['refused'] = [5, {'at': m['started_at'], 'call': 'import', 'name': 'n', 'run': 'r', 'why': 'w'}]",
+    );
+    env.run(&[
+        "run",
+        "--run-id",
+        "forged",
+        "--lease-ttl",
+        "0.3",
+        "--",
+        "sh",
+        "-c",
+        &format!("{script}\nsleep 0.5"),
+    ])
+    .ok();
+    let m = env.manifest("forged");
+    assert_eq!(m["status"], "succeeded", "{m}");
+    for gone in ["checkpoint", "held", "audit", "truncated"] {
+        assert!(m.get(gone).is_none(), "{gone}: {m}");
+    }
+    assert_eq!(m["refused"].as_array().unwrap().len(), 1, "{m}");
+    let dropped = m["restored"][0]["dropped"].to_string();
+    for named in ["refused[0]", "`checkpoint`", "`held`", "`audit`", "`truncated`"] {
+        assert!(dropped.contains(named), "{named}: {dropped}");
+    }
+    env.run(&["show", "forged"]).ok();
+}
+
+/// After the run, a process it left can still forge a record: readers
+/// refuse the manifest naming the record, as for any other field, and the
+/// reaper leaves the run alone.
+#[test]
+fn ls_show_and_reap_name_a_forged_record_of_runws() {
+    let env = Env::new();
+    env.run(&["run", "--run-id", "r", "--", "true"]).ok();
+    let original = std::fs::read(env.run_dir("r").join("manifest.json")).unwrap();
+    let forged: [(&str, serde_json::Value); 5] = [
+        ("lease", 5.into()),
+        ("sandbox", serde_json::json!({"kind": "jail"})),
+        ("held", "yes".into()),
+        ("checkpoint", serde_json::json!([])),
+        ("refused", serde_json::json!([{"at": 1}])),
+    ];
+    for (field, value) in forged {
+        std::fs::write(env.run_dir("r").join("manifest.json"), &original).unwrap();
+        edit_after(&env, "r", |m| m[field] = value);
+        let named = format!("`{field}`");
+        let out = env.run(&["ls", "--json"]);
+        let rows: serde_json::Value = serde_json::from_str(&out.ok().stdout).unwrap();
+        assert_eq!(rows[0]["status"], "unreadable", "{field}: {rows}");
+        assert!(rows[0]["error"].as_str().unwrap().contains(&named), "{field}: {rows}");
+        env.run(&["show", "r"]).code(125).stderr_has(&named).one_line_error();
+        let out = env.run(&["reap", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out.ok().stdout).unwrap();
+        assert_eq!(v[0]["action"], "skipped", "{v}");
+        assert!(v[0]["reason"].as_str().unwrap().contains(&named), "{v}");
+    }
+}

@@ -1,0 +1,223 @@
+//! The records runws adds to a manifest beside its core fields, typed: the
+//! run's lease and worktree, the guard's refusals, runws's restorations, the
+//! seal's checkpoint, and what a full disk cut. Each is an optional field of
+//! [`super::Manifest`], absent when absent, and written under the name and
+//! in the shape earlier versions wrote. A record a newer runws could extend
+//! keeps, in its own `extra`, the fields this version does not know.
+//!
+//! Every value read back is untrusted: [`RECORDS`] names each record with a
+//! check that its value reads as its type, so that a forged one is named in
+//! the error that refuses the manifest, or dropped when runws rewrites it.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::osname::OsName;
+
+/// The fields of a record this version does not know, kept as they are.
+pub type Extra = Map<String, Value>;
+
+/// What a claim names: `path`, `branch`, `worktree` or `pgid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimKind {
+    Path,
+    Branch,
+    Worktree,
+    Pgid,
+    /// Any other word, kept as written: [`super::Claim::validate`] refuses
+    /// it naming its field, and runws's own rewrite drops that claim alone.
+    #[serde(untagged)]
+    Unknown(String),
+}
+
+impl ClaimKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ClaimKind::Path => "path",
+            ClaimKind::Branch => "branch",
+            ClaimKind::Worktree => "worktree",
+            ClaimKind::Pgid => "pgid",
+            ClaimKind::Unknown(other) => other,
+        }
+    }
+}
+
+impl From<&str> for ClaimKind {
+    fn from(word: &str) -> ClaimKind {
+        match word {
+            "path" => ClaimKind::Path,
+            "branch" => ClaimKind::Branch,
+            "worktree" => ClaimKind::Worktree,
+            "pgid" => ClaimKind::Pgid,
+            other => ClaimKind::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ClaimKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `lease`: the store lease `run --lease` held, and when it was lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub key: String,
+    /// When runws found another holder had taken the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_at: Option<String>,
+    /// The store's URL, its password redacted.
+    pub store: String,
+    /// The fencing token the run was given.
+    pub token: u64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `worktree`: the git worktree `run --worktree` made for the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorktreeRecord {
+    /// The commit the branch started from.
+    pub base: String,
+    pub branch: String,
+    pub path: String,
+    pub repo: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One entry of `refused`: a cross-run guard call refused by
+/// `--allow-import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefusedRecord {
+    pub at: String,
+    /// The guard call: `import`.
+    pub call: String,
+    pub name: OsName,
+    /// The run it asked for.
+    pub run: String,
+    pub why: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One entry of `restored`: what runws put back over a record its command
+/// changed (see [`super::Owner`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoredRecord {
+    pub at: String,
+    /// Entries of the guard's lists that failed their checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// The fields runws put back.
+    pub fields: Vec<String>,
+    /// Why the file could not be read, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `truncated`: what was cut from a final record that did not fit its
+/// reserved space on a full disk, each list and how many entries.
+pub type Truncated = BTreeMap<String, u64>;
+
+/// Where a checkpoint saved the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Sealed and scanned: an archive with its receipt.
+    Receipt,
+    /// Packed unscanned under `quarantine/`.
+    Quarantine,
+    /// Nothing was saved.
+    None,
+    /// A source a newer runws records, kept as written; ranked as nothing.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl Source {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Source::Receipt => "receipt",
+            Source::Quarantine => "quarantine",
+            Source::None => "none",
+            Source::Other(other) => other,
+        }
+    }
+
+    /// The precedence of checkpoints: a receipt is never replaced by a
+    /// quarantine, nor either by nothing.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Source::Receipt => 2,
+            Source::Quarantine => 1,
+            Source::None | Source::Other(_) => 0,
+        }
+    }
+}
+
+/// `checkpoint`: how the seal of a finished run ended (also what `seal`
+/// returns).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub source: Source,
+    pub archive: Option<std::path::PathBuf>,
+    pub archive_sha256: Option<String>,
+    pub receipt: Option<std::path::PathBuf>,
+    /// Why the seal failed, when it did.
+    pub reason: Option<String>,
+    /// The scan's findings, redacted.
+    #[serde(default)]
+    pub findings: Vec<String>,
+    /// What the scan could not look inside, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_scanned: Vec<String>,
+    pub at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Serialises a record as earlier versions wrote it: as a JSON value, every
+/// object's keys in order of their names, whatever order its type declares.
+pub fn as_written<T: Serialize, S: serde::Serializer>(record: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(record).map_err(serde::ser::Error::custom)?.serialize(s)
+}
+
+/// A check that a value read back reads as a record's type.
+pub type Check = fn(&Value) -> Result<(), String>;
+
+fn reads<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
+    T::deserialize(v).map(drop).map_err(|e| e.to_string())
+}
+
+/// Every record runws adds, by its field, with its check.
+pub const RECORDS: &[(&str, Check)] = &[
+    ("allow_import", reads::<Vec<String>>),
+    ("audit", reads::<crate::sandbox::audit::Report>),
+    ("checkpoint", reads::<Checkpoint>),
+    ("held", reads::<bool>),
+    ("lease", reads::<LeaseRecord>),
+    ("refused", reads::<Vec<RefusedRecord>>),
+    ("restored", reads::<Vec<RestoredRecord>>),
+    ("sandbox", reads::<crate::sandbox::Record>),
+    ("truncated", reads::<Truncated>),
+    ("worktree", reads::<WorktreeRecord>),
+];
+
+/// The first record of `map` that does not read as its type, as the
+/// field and why.
+pub fn first_unreadable(map: &Map<String, Value>) -> Option<String> {
+    RECORDS.iter().find_map(|(field, check)| {
+        // A null reads as an absent record.
+        let value = map.get(*field).filter(|v| !v.is_null())?;
+        check(value).err().map(|why| super::bad(field, why))
+    })
+}
