@@ -117,7 +117,17 @@ fn a_port_is_held_while_its_run_lives_and_freed_when_runws_dies() {
     // A run that ends gives its ports back; the command never held them.
     let (mut ended, ports) = live("ended");
     let child = env.manifest("ended")["child"]["pgid"].as_i64().unwrap() as i32;
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGTERM).unwrap();
+    // The child is recorded before it has made its group (it does so on its
+    // way to the start gate): wait for the group, within a deadline.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child), nix::sys::signal::Signal::SIGTERM) {
+            Err(nix::errno::Errno::ESRCH) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            r => break r.unwrap(),
+        }
+    }
     assert_eq!(ended.wait().unwrap().code(), Some(143));
     for p in &ports {
         assert!(!held(&ledger, *p), "port {p} stayed held after its run ended");
