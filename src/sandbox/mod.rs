@@ -43,6 +43,7 @@
 pub mod audit;
 pub mod broker;
 pub mod init;
+mod kernel;
 pub mod mounts;
 pub mod ns;
 mod plan;
