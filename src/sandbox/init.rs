@@ -20,6 +20,11 @@
 //! once and the inits never die of one (PID 1 would ignore them anyway).
 //! The command gets an empty signal mask and default `SIGPIPE`, as a plain
 //! run does.
+//!
+//! The steps that shape the sandbox ([`enter_outer`], [`enter_as_pid1`],
+//! [`set_up`], [`filter`], [`confine`]) ask the kernel for everything
+//! through a [`Kernel`], so the tests run them, in order, against a
+//! recording fake; the forks, pipes and waits around them do not take part.
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};

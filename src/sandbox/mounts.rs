@@ -29,6 +29,9 @@
 //!
 //! Nothing here unmounts or changes a mount outside the new namespace: with
 //! propagation made private first, no mount event travels back to the host.
+//!
+//! Every call goes through a [`Kernel`], so the tests replay a layout
+//! against a recording fake and check each mount and its flags.
 
 use std::ffi::CString;
 use std::io;
