@@ -41,26 +41,6 @@ fn too_long(s: &str) -> String {
     format!("`{s}` is longer than the longest duration, {}s (about 31 years)", MAX.as_secs())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse("3").unwrap(), Duration::from_secs(3));
-        assert_eq!(parse("0.5").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
-        assert!(parse("").is_err());
-        assert!(parse("soon").is_err());
-        assert!(parse("-1").is_err());
-        assert_eq!(parse("1000000000").unwrap(), MAX);
-        for huge in ["1000000001", "100000000000000s", "99999999999999999999999s", "1e400", "40years"] {
-            assert!(parse(huge).is_err(), "{huge} accepted");
-        }
-    }
-}
-
 /// Sizes on the command line: `256MiB`, `1GiB`, `500MB`, `64k`, or bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -90,8 +70,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod size_tests {
-    use super::parse_size;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse("3").unwrap(), Duration::from_secs(3));
+        assert_eq!(parse("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse("").is_err());
+        assert!(parse("soon").is_err());
+        assert!(parse("-1").is_err());
+        assert_eq!(parse("1000000000").unwrap(), MAX);
+        for huge in ["1000000001", "100000000000000s", "99999999999999999999999s", "1e400", "40years"] {
+            assert!(parse(huge).is_err(), "{huge} accepted");
+        }
+    }
 
     #[test]
     fn sizes() {

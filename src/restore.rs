@@ -344,6 +344,4 @@ impl Read for HashingReader<'_> {
 }
 
 #[cfg(test)]
-mod hostile_tests;
-#[cfg(test)]
 mod tests;

@@ -20,6 +20,11 @@
 //! once and the inits never die of one (PID 1 would ignore them anyway).
 //! The command gets an empty signal mask and default `SIGPIPE`, as a plain
 //! run does.
+//!
+//! The steps that shape the sandbox ([`enter_outer`], [`enter_as_pid1`],
+//! [`set_up`], [`filter`], [`confine`]) ask the kernel for everything
+//! through a [`Kernel`], so the tests run them, in order, against a
+//! recording fake; the forks, pipes and waits around them do not take part.
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
@@ -30,6 +35,7 @@ use std::path::Path;
 use nix::libc;
 use nix::sched::CloneFlags;
 
+use super::kernel::{Kernel, Real};
 use super::ns::{self, Refused};
 use super::{Kind, Missing, Net, Plan, Report, audit, mounts};
 use crate::child::FORWARDED;
@@ -152,10 +158,11 @@ pub fn run(start: Start) -> u8 {
     block_forwarded();
     // The command must not inherit the status pipe, nor the user namespace.
     let _ = nix::fcntl::fcntl(&start.status, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
-    if let Some(ns) = userns(&start.plan) {
+    let handed = Handed::of(&start.plan);
+    if let Some(ns) = handed.userns {
         let _ = nix::fcntl::fcntl(ns, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
-    if let Some(net) = start.plan.net_fd.and_then(sys::fd::borrow_inherited) {
+    if let Some(Ok(net)) = handed.net {
         let _ = nix::fcntl::fcntl(net, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
     let status = Status { file: std::fs::File::from(start.status), try_mode: start.plan.try_mode };
@@ -172,7 +179,7 @@ pub fn run(start: Start) -> u8 {
         status.send(&Report::Failed("the sandbox init is not single-threaded".into()));
         return exit::FAILURE;
     };
-    let job = Job { listen_fds, command: start.command, env: start.env, single };
+    let job = Job { listen_fds, command: start.command, env: start.env, single, handed };
     // runws forked this process straight into a new PID namespace: it is
     // PID 1 already, and runws, its parent, reads the command's status from
     // the report pipe. Otherwise it is the outer init, which makes PID 1.
@@ -195,21 +202,32 @@ struct Job {
     command: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     single: SingleThreaded,
+    handed: Handed<'static>,
 }
 
-/// One namespace step of an init: its result when it was taken (or, with
-/// `--sandbox=try`, noted as missing), else the refusal, returned with the
-/// status pipe so the caller can report it.
-macro_rules! step {
-    ($status:ident, $e:expr) => {
-        match $status.attempt($e) {
-            Ok(ok) => ok,
-            Err(r) => return Err(($status, r)),
+/// The namespaces runws handed to the init in the plan, as descriptors.
+#[derive(Clone, Copy, Default)]
+struct Handed<'a> {
+    /// See [`Plan::unprivileged`]; `None` too when its number is not open.
+    userns: Option<BorrowedFd<'a>>,
+    /// See [`Plan::net_fd`]: the descriptor, or its number when that is not
+    /// open.
+    net: Option<Result<BorrowedFd<'a>, i32>>,
+}
+
+impl Handed<'static> {
+    fn of(plan: &Plan) -> Handed<'static> {
+        // runws handed these descriptors to the init, which keeps them open
+        // (close-on-exec) until the command is executed.
+        Handed {
+            userns: plan.unprivileged.and_then(|u| sys::fd::borrow_inherited(u.userns_fd)),
+            net: plan.net_fd.map(|fd| sys::fd::borrow_inherited(fd).ok_or(fd)),
         }
-    };
+    }
 }
 
 /// Which namespaces were entered.
+#[derive(Debug, PartialEq, Eq)]
 struct Entered {
     mount: bool,
     pid: bool,
@@ -226,29 +244,11 @@ fn outer(
     if let Some(n) = &notify {
         let _ = nix::fcntl::fcntl(n, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
-    if plan.kind == Kind::Sandbox {
-        step!(status, ns::no_new_privs());
-    }
-    if plan.user_namespace {
-        step!(status, ns::enter_user_namespace(plan.uid, plan.gid));
-    }
-    // Set after entering the user namespace: a change of credentials
-    // clears the parent-death signal.
-    match ns::die_with_parent(plan.runws_pid) {
-        Ok(true) => {}
-        Ok(false) => return Ok(exit::FAILURE),
-        Err(e) => return Err((status, Refused::new("parent-death signal", e.to_string()))),
-    }
-    let entered = Entered {
-        mount: step!(status, ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
-        pid: step!(status, ns::unshare(CloneFlags::CLONE_NEWPID, "PID namespace")),
-        net: plan.net == Net::None
-            && step!(status, ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace")),
+    let entered = match enter_outer(&Real, plan, &mut status) {
+        Ok(Some(entered)) => entered,
+        Ok(None) => return Ok(exit::FAILURE),
+        Err(r) => return Err((status, r)),
     };
-    if plan.kind == Kind::Sandbox {
-        step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
-        step!(status, ns::unshare(CloneFlags::CLONE_NEWUTS, "UTS namespace"));
-    }
     let me = nix::unistd::getpid().as_raw();
     let (report_r, report_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(p) => p,
@@ -270,24 +270,70 @@ fn outer(
     }
 }
 
+/// The outer init's namespace steps, in order, up to its fork of PID 1:
+/// which namespaces it entered, or `None` when runws is gone already.
+/// Each step taken, or with `--sandbox=try` noted as missing; else the
+/// refusal.
+fn enter_outer<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<Option<Entered>, Refused> {
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::no_new_privs(k))?;
+    }
+    if plan.user_namespace {
+        status.attempt(ns::enter_user_namespace(k, plan.uid, plan.gid))?;
+    }
+    // Set after entering the user namespace: a change of credentials
+    // clears the parent-death signal.
+    match ns::die_with_parent(k, plan.runws_pid) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err(Refused::new("parent-death signal", e.to_string())),
+    }
+    let entered = Entered {
+        mount: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?,
+        pid: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
+        net: plan.net == Net::None
+            && status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"))?,
+    };
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWIPC, "IPC namespace"))?;
+        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWUTS, "UTS namespace"))?;
+    }
+    Ok(Some(entered))
+}
+
 /// The init as PID 1 of the namespace runws forked it into: the outer
 /// init's namespace steps without the PID namespace, then PID 1's work.
 fn as_pid1(plan: &Plan, mut status: Status, report: OwnedFd, job: Job) -> Result<u8, (Status, Refused)> {
     let _ = nix::fcntl::fcntl(&report, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
-    if plan.kind == Kind::Sandbox {
-        step!(status, ns::no_new_privs());
-    }
-    let entered = Entered {
-        mount: step!(status, ns::unshare(CloneFlags::CLONE_NEWNS, "mount namespace")),
-        pid: true,
-        net: plan.net == Net::None && step!(status, enter_network(plan)),
+    let entered = match enter_as_pid1(&Real, plan, &mut status, job.handed) {
+        Ok(entered) => entered,
+        Err(r) => return Err((status, r)),
     };
-    if plan.kind == Kind::Sandbox {
-        step!(status, ns::unshare(CloneFlags::CLONE_NEWIPC, "IPC namespace"));
-        step!(status, ns::unshare(CloneFlags::CLONE_NEWUTS, "UTS namespace"));
-    }
     // pid1 sets the parent-death signal (runws, outside: pid 0 from here).
     Ok(pid1(plan, status, report, None, &entered, 0, job))
+}
+
+/// The namespace steps of an init that is PID 1 already (as
+/// [`enter_outer`], without the user and PID namespaces).
+fn enter_as_pid1<K: Kernel>(
+    k: &K,
+    plan: &Plan,
+    status: &mut Status,
+    handed: Handed<'_>,
+) -> Result<Entered, Refused> {
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::no_new_privs(k))?;
+    }
+    let entered = Entered {
+        mount: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?,
+        pid: true,
+        net: plan.net == Net::None && status.attempt(enter_network(k, handed))?,
+    };
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWIPC, "IPC namespace"))?;
+        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWUTS, "UTS namespace"))?;
+    }
+    Ok(entered)
 }
 
 /// Waits for child `pid` (any child with `None`): its pid and raw status.
@@ -356,28 +402,12 @@ fn pid1(
             }
         }
     }
-    let setup = (|| -> Result<Option<audit::Staged>, Refused> {
-        // Seen from a new PID namespace, the parent (outside it) is pid 0.
-        let parent = if entered.pid { 0 } else { parent };
-        if !ns::die_with_parent(parent).map_err(|e| Refused::new("parent-death signal", e.to_string()))? {
-            return Err(Refused::new("PID namespace", "the outer init is gone"));
+    let setup = set_up(&Real, plan, &mut status, entered, parent, job.handed).and_then(|()| {
+        match (plan.kind, entered.mount) {
+            (Kind::Audit, true) => audit::stage(plan, entered.pid).map(Some),
+            _ => Ok(None),
         }
-        if entered.net {
-            status.attempt(ns::loopback_up())?;
-        }
-        let staged = match (plan.kind, entered.mount) {
-            (Kind::Sandbox, true) => {
-                mounts::build(&plan.mounts, userns(plan))?;
-                if entered.pid && status.attempt(mounts::proc_fs())? {
-                    mounts::mask_proc()?;
-                }
-                None
-            }
-            (Kind::Audit, true) => Some(audit::stage(plan, entered.pid)?),
-            (_, false) => None,
-        };
-        Ok(staged)
-    })();
+    });
     let listen_fds = job.listen_fds;
     let staged = match setup {
         Ok(s) => s,
@@ -432,30 +462,101 @@ fn pid1(
     Termination::from_raw(raw).exit_code()
 }
 
-/// A new network namespace: the one runws made already (see
-/// [`Plan::net_fd`]), else a fresh one.
-fn enter_network(plan: &Plan) -> Result<(), Refused> {
-    match plan.net_fd {
-        // runws handed this descriptor to the init, which keeps it open
-        // (close-on-exec) until the command is executed.
-        Some(fd) => match sys::fd::borrow_inherited(fd) {
-            Some(fd) => nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)
-                .map_err(|e| Refused::new("network namespace", format!("setns: {e}"))),
-            None => Err(Refused::new("network namespace", format!("descriptor {fd} is not open"))),
-        },
-        None => ns::unshare(CloneFlags::CLONE_NEWNET, "network namespace"),
+/// PID 1's steps before the command may go on: the parent-death signal
+/// (`parent` is the pid its parent has), `lo` up, and a sandbox's file
+/// system with its `/proc`. An audit's root is staged after these.
+fn set_up<K: Kernel>(
+    k: &K,
+    plan: &Plan,
+    status: &mut Status,
+    entered: &Entered,
+    parent: i32,
+    handed: Handed<'_>,
+) -> Result<(), Refused> {
+    // Seen from a new PID namespace, the parent (outside it) is pid 0.
+    let parent = if entered.pid { 0 } else { parent };
+    if !ns::die_with_parent(k, parent).map_err(|e| Refused::new("parent-death signal", e.to_string()))? {
+        return Err(Refused::new("PID namespace", "the outer init is gone"));
     }
+    if entered.net {
+        status.attempt(ns::loopback_up(k))?;
+    }
+    if plan.kind == Kind::Sandbox && entered.mount {
+        mounts::build(k, &plan.mounts, handed.userns)?;
+        if entered.pid && status.attempt(mounts::proc_fs(k))? {
+            mounts::mask_proc(k)?;
+        }
+    }
+    Ok(())
 }
 
-/// The user namespace a root command enters (see [`Plan::unprivileged`]).
-fn userns(plan: &Plan) -> Option<BorrowedFd<'_>> {
-    // runws handed this descriptor to the init, which keeps it open
-    // (close-on-exec) until the command is executed.
-    plan.unprivileged.and_then(|u| sys::fd::borrow_inherited(u.userns_fd))
+/// A new network namespace: the one runws made already (see
+/// [`Plan::net_fd`]), else a fresh one.
+fn enter_network<K: Kernel>(k: &K, handed: Handed<'_>) -> Result<(), Refused> {
+    match handed.net {
+        Some(Ok(fd)) => k
+            .setns(fd, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Refused::new("network namespace", format!("setns: {e}"))),
+        Some(Err(fd)) => Err(Refused::new("network namespace", format!("descriptor {fd} is not open"))),
+        None => ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"),
+    }
 }
 
 fn cstr(bytes: &[u8]) -> Option<CString> {
     CString::new(bytes).ok()
+}
+
+/// A sandboxed command's system-call filter; with `--sandbox=try`, noted
+/// as missing when refused.
+fn filter<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<(), Refused> {
+    if plan.kind == Kind::Sandbox {
+        status.attempt(k.seccomp(plan.allow_userns))?;
+    }
+    Ok(())
+}
+
+/// What [`confine`] needs besides the plan.
+struct Confine<'a> {
+    /// The audit's root, to enter.
+    chroot: Option<&'a Path>,
+    /// Whether [`filter`] ran already.
+    filtered: bool,
+    listen_fds: i32,
+    handed: Handed<'a>,
+}
+
+/// The command's process, from its root and working directory to the
+/// last restriction before `execve`; a failure is what to report.
+fn confine<K: Kernel>(k: &K, plan: &Plan, status: &mut Status, c: Confine<'_>) -> Result<(), Report> {
+    let refused = |r: Refused| Report::Failed(r.to_string());
+    if let Some(root) = c.chroot
+        && let Err(e) = k.chroot(root)
+    {
+        return Err(Report::Failed(format!("cannot enter the audit's root: {e}")));
+    }
+    if let Err(e) = k.chdir(&plan.cwd) {
+        return Err(Report::Failed(format!(
+            "cannot enter the working directory `{}`: {e}",
+            plan.cwd.display()
+        )));
+    }
+    // Only stdin, stdout, stderr and the --listen sockets reach the command:
+    // a descriptor the caller left open (to a directory the sandbox hides,
+    // say) would be a way around every mount. Marked close-on-exec, not
+    // closed, so the status pipe still reports a failed exec.
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::close_inherited(k, 3 + c.listen_fds.max(0) as u32)).map_err(refused)?;
+    }
+    if let Some(ns) = c.handed.userns {
+        ns::become_unprivileged(k, ns).map_err(refused)?;
+    }
+    if plan.kind == Kind::Sandbox {
+        status.attempt(ns::drop_capabilities(k)).map_err(refused)?;
+    }
+    if !c.filtered {
+        filter(k, plan, status).map_err(refused)?;
+    }
+    Ok(())
 }
 
 /// The command's process (PID 2). Never returns. With `go`, it was forked
@@ -481,10 +582,7 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     // setresuid, capset, prctl, chdir, close_range), so it may come first.
     let mut filtered = false;
     if let Some(go) = go {
-        if plan.kind == Kind::Sandbox
-            && let Err(r) = super::seccomp::install(plan.allow_userns)
-            && let Err(r) = status.note(r)
-        {
+        if let Err(r) = filter(&Real, plan, &mut status) {
             fail(&mut status, Report::Failed(r.to_string()));
         }
         filtered = true;
@@ -500,44 +598,9 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
             sys::proc::exit_now(i32::from(exit::FAILURE))
         }
     }
-    if let Some(root) = chroot
-        && let Err(e) = nix::unistd::chroot(root)
-    {
-        fail(&mut status, Report::Failed(format!("cannot enter the audit's root: {e}")));
-    }
-    if let Err(e) = nix::unistd::chdir(&plan.cwd) {
-        fail(
-            &mut status,
-            Report::Failed(format!("cannot enter the working directory `{}`: {e}", plan.cwd.display())),
-        );
-    }
-    // Only stdin, stdout, stderr and the --listen sockets reach the command:
-    // a descriptor the caller left open (to a directory the sandbox hides,
-    // say) would be a way around every mount. Marked close-on-exec, not
-    // closed, so the status pipe still reports a failed exec.
-    if plan.kind == Kind::Sandbox
-        && let Err(r) = ns::close_inherited(3 + job.listen_fds.max(0) as u32)
-        && let Err(r) = status.note(r)
-    {
-        fail(&mut status, Report::Failed(r.to_string()));
-    }
-    if let Some(ns) = userns(plan)
-        && let Err(r) = ns::become_unprivileged(ns)
-    {
-        fail(&mut status, Report::Failed(r.to_string()));
-    }
-    if plan.kind == Kind::Sandbox
-        && let Err(r) = ns::drop_capabilities()
-        && let Err(r) = status.note(r)
-    {
-        fail(&mut status, Report::Failed(r.to_string()));
-    }
-    if plan.kind == Kind::Sandbox
-        && !filtered
-        && let Err(r) = super::seccomp::install(plan.allow_userns)
-        && let Err(r) = status.note(r)
-    {
-        fail(&mut status, Report::Failed(r.to_string()));
+    let confined = Confine { chroot, filtered, listen_fds: job.listen_fds, handed: job.handed };
+    if let Err(r) = confine(&Real, plan, &mut status, confined) {
+        fail(&mut status, r);
     }
     let me = nix::unistd::getpid().as_raw().to_string();
     let mut env: Vec<CString> = Vec::new();
@@ -560,3 +623,6 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     };
     fail(&mut status, Report::ExecFailed(errno))
 }
+
+#[cfg(test)]
+mod tests;

@@ -44,6 +44,7 @@ pub mod audit;
 pub mod broker;
 pub mod init;
 mod isolated;
+mod kernel;
 pub mod mounts;
 pub mod ns;
 mod plan;

@@ -29,10 +29,13 @@
 //!
 //! Nothing here unmounts or changes a mount outside the new namespace: with
 //! propagation made private first, no mount event travels back to the host.
+//!
+//! Every call goes through a [`Kernel`], so the tests replay a layout
+//! against a recording fake and check each mount and its flags.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -41,8 +44,8 @@ use nix::mount::MsFlags;
 use rustix::mount::OpenTreeFlags;
 use serde::{Deserialize, Serialize};
 
+use super::kernel::Kernel;
 use super::ns::Refused;
-use crate::sys;
 
 const P: &str = "read-only file system";
 
@@ -96,51 +99,53 @@ fn fail(what: &str, path: &Path, e: io::Error) -> Refused {
 
 /// Makes every mount in this namespace private, so nothing done here is
 /// propagated to the host (or from it).
-pub fn make_private() -> Result<(), Refused> {
-    nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+pub fn make_private<K: Kernel>(k: &K) -> Result<(), Refused> {
+    k.mount(None, Path::new("/"), None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)
         .map_err(|e| Refused::new("mount namespace", format!("cannot make `/` private: {e}")))
 }
 
 /// A detached copy of the tree at `path` (with everything mounted beneath).
-pub fn clone_tree(path: &Path) -> Result<OwnedFd, Refused> {
+pub fn clone_tree<K: Kernel>(k: &K, path: &Path) -> Result<K::Fd, Refused> {
     let c = cpath(path)?;
     let flags =
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE;
-    rustix::mount::open_tree(rustix::fs::CWD, c.as_c_str(), flags)
-        .map_err(|e| fail("cannot clone", path, e.into()))
+    k.open_tree(None, c.as_c_str(), flags).map_err(|e| fail("cannot clone", path, e.into()))
 }
 
 /// A detached copy of `name` under the directory `dir` (which may be
 /// covered by a mount by now).
-fn clone_at(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
+fn clone_at<K: Kernel>(k: &K, dir: &K::Fd, name: &str) -> Result<K::Fd, Refused> {
     let c = CString::new(name).map_err(|_| Refused::new(P, "a name with a NUL byte"))?;
     let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
-    rustix::mount::open_tree(dir, c.as_c_str(), flags)
+    k.open_tree(Some(dir), c.as_c_str(), flags)
         .map_err(|e| fail("cannot clone", &Path::new("/dev").join(name), e.into()))
 }
 
 /// Attaches a detached tree at `target`.
-pub fn attach(tree: &OwnedFd, target: &Path) -> Result<(), Refused> {
+pub fn attach<K: Kernel>(k: &K, tree: &K::Fd, target: &Path) -> Result<(), Refused> {
     let c = cpath(target)?;
-    let flags = rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH;
-    rustix::mount::move_mount(tree, c"", rustix::fs::CWD, c.as_c_str(), flags)
-        .map_err(|e| fail("cannot mount onto", target, e.into()))
+    k.move_mount(tree, c.as_c_str()).map_err(|e| fail("cannot mount onto", target, e.into()))
 }
 
 /// Sets `set` and clears `clear` (`MOUNT_ATTR_*` bits) on the mount at
 /// `path`, and on every mount beneath it when `recursive`.
-pub fn set_attrs(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), Refused> {
+pub fn set_attrs<K: Kernel>(
+    k: &K,
+    path: &Path,
+    set: u64,
+    clear: u64,
+    recursive: bool,
+) -> Result<(), Refused> {
     let c = cpath(path)?;
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    sys::ns::mount_setattr(None, &c, flags, set, clear, None)
-        .map_err(|e| fail("cannot set the flags of", path, e))
+    k.mount_setattr(None, &c, flags, set, clear, None).map_err(|e| fail("cannot set the flags of", path, e))
 }
 
 /// Sets (or clears) `MOUNT_ATTR_RDONLY` on the mount at `path`, and on every
 /// mount beneath it when `recursive`.
-pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<(), Refused> {
+pub fn set_read_only<K: Kernel>(k: &K, path: &Path, read_only: bool, recursive: bool) -> Result<(), Refused> {
     let ro = libc::MOUNT_ATTR_RDONLY;
-    if read_only { set_attrs(path, ro, 0, recursive) } else { set_attrs(path, 0, ro, recursive) }
+    if read_only { set_attrs(k, path, ro, 0, recursive) } else { set_attrs(k, path, 0, ro, recursive) }
 }
 
 /// `nosuid` and `nodev`: what every mount of the sandbox but its device
@@ -148,8 +153,8 @@ pub fn set_read_only(path: &Path, read_only: bool, recursive: bool) -> Result<()
 const LOCKED_DOWN: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
 
 /// A tmpfs at `target` with root directory mode `mode`.
-pub fn tmpfs(target: &Path, mode: u32) -> Result<(), Refused> {
-    nix::mount::mount(
+pub fn tmpfs<K: Kernel>(k: &K, target: &Path, mode: u32) -> Result<(), Refused> {
+    k.mount(
         Some("tmpfs"),
         target,
         Some("tmpfs"),
@@ -159,34 +164,29 @@ pub fn tmpfs(target: &Path, mode: u32) -> Result<(), Refused> {
     .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))
 }
 
-fn open_path(path: &Path) -> Result<OwnedFd, Refused> {
-    use nix::fcntl::OFlag;
-    nix::fcntl::open(
-        path,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| fail("cannot open", path, e.into()))
+fn open_path<K: Kernel>(k: &K, path: &Path) -> Result<K::Fd, Refused> {
+    k.open_dir_path(path).map_err(|e| fail("cannot open", path, e.into()))
 }
 
 /// An overlay of `lower` (read-only) and the writable `upper` at `target`.
 /// Paths go into the option string as descriptor paths, so a comma or colon
 /// in a real path cannot change the options.
-fn overlay(
-    lower: &OwnedFd,
+fn overlay<K: Kernel>(
+    k: &K,
+    lower: &K::Fd,
     upper: &Path,
     work: &Path,
     target: &Path,
     userxattr: bool,
 ) -> Result<(), Refused> {
-    let (u, w) = (open_path(upper)?, open_path(work)?);
-    let fdp = |fd: &OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let mut opts = format!("lowerdir={},upperdir={},workdir={}", fdp(lower), fdp(&u), fdp(&w));
+    let (u, w) = (open_path(k, upper)?, open_path(k, work)?);
+    let mut opts =
+        format!("lowerdir={},upperdir={},workdir={}", k.fd_path(lower), k.fd_path(&u), k.fd_path(&w));
     if userxattr {
         opts.push_str(",userxattr");
     }
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
+    k.mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
@@ -197,17 +197,12 @@ fn overlay(
 /// writable clone of the directory holding `upper` and `work` (runws gave
 /// `upper` to the unprivileged id). Copies up then keep the owner the
 /// command sees, and what it creates belongs to it.
-fn overlay_mapped(lower: &OwnedFd, layer: &OwnedFd, target: &Path) -> Result<(), Refused> {
-    let fdp = |fd: &OwnedFd, sub: &str| format!("/proc/self/fd/{}{sub}", fd.as_raw_fd());
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        fdp(lower, ""),
-        fdp(layer, "/upper"),
-        fdp(layer, "/work")
-    );
-    mount_point(target, true)?;
+fn overlay_mapped<K: Kernel>(k: &K, lower: &K::Fd, layer: &K::Fd, target: &Path) -> Result<(), Refused> {
+    let layer = k.fd_path(layer);
+    let opts = format!("lowerdir={},upperdir={layer}/upper,workdir={layer}/work", k.fd_path(lower));
+    mount_point(k, target, true)?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
+    k.mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
@@ -215,13 +210,13 @@ fn overlay_mapped(lower: &OwnedFd, layer: &OwnedFd, target: &Path) -> Result<(),
 /// Read-only, as a whole: no host-wide knob (`/proc/sys`, `sysrq-trigger`,
 /// `irq`, `bus`, `fs`) can be written, and one mount does it where binding
 /// each knob read-only would take five.
-pub fn proc_fs() -> Result<(), Refused> {
-    nix::mount::mount(
+pub fn proc_fs<K: Kernel>(k: &K) -> Result<(), Refused> {
+    k.mount(
         Some("proc"),
-        "/proc",
+        Path::new("/proc"),
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
-        None::<&str>,
+        None,
     )
     .map_err(|e| Refused::new("private /proc", format!("cannot mount proc on `/proc`: {e}")))
 }
@@ -243,15 +238,15 @@ const PROC_MASKED: &[&str] = &[
 
 /// Hides what the sandbox's (read-only) `/proc` must not show (see
 /// [`PROC_MASKED`]). Entries this kernel does not have are skipped.
-pub fn mask_proc() -> Result<(), Refused> {
+pub fn mask_proc<K: Kernel>(k: &K) -> Result<(), Refused> {
     let protect = |e: Refused| Refused::new("masked /proc", e.why);
     for p in PROC_MASKED.iter().map(Path::new) {
-        let Ok(meta) = std::fs::symlink_metadata(p) else { continue };
-        if meta.is_dir() {
-            tmpfs(p, 0o555).map_err(protect)?;
-            set_read_only(p, true, false).map_err(protect)?;
+        let Ok(is_dir) = k.lstat_is_dir(p) else { continue };
+        if is_dir {
+            tmpfs(k, p, 0o555).map_err(protect)?;
+            set_read_only(k, p, true, false).map_err(protect)?;
         } else {
-            hide_file(p).map_err(protect)?;
+            hide_file(k, p).map_err(protect)?;
         }
     }
     Ok(())
@@ -259,9 +254,9 @@ pub fn mask_proc() -> Result<(), Refused> {
 
 /// Covers the file at `target` with an unopenable, read-only node (a
 /// `nodev` bind of `/dev/null`).
-fn hide_file(target: &Path) -> Result<(), Refused> {
-    attach(&clone_tree(Path::new("/dev/null"))?, target)?;
-    set_attrs(target, libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC, 0, false)
+fn hide_file<K: Kernel>(k: &K, target: &Path) -> Result<(), Refused> {
+    attach(k, &clone_tree(k, Path::new("/dev/null"))?, target)?;
+    set_attrs(k, target, libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC, 0, false)
 }
 
 /// The host device nodes a private `/dev` shows.
@@ -270,46 +265,48 @@ const DEV_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"]
 /// What a private `/dev` is made from, found while the host's `/dev` is
 /// still visible: the host's `/dev` (a path descriptor, to clone a node
 /// from once it is covered) and each node's device number and mode.
-struct DevNodes {
-    host: OwnedFd,
-    nodes: Vec<(&'static str, libc::dev_t, u32)>,
+struct DevNodes<F> {
+    host: F,
+    nodes: Vec<(&'static str, u64, u32)>,
     /// Whether to make the nodes with `mknod` (root of the host's user
     /// namespace) instead of binding each (a mount apiece).
     make: bool,
     /// Without `make`: clones of the host's nodes, taken before every
     /// mount (those clones included, were they taken later) is `nodev`.
-    clones: Vec<OwnedFd>,
+    clones: Vec<F>,
 }
 
-fn dev_nodes() -> Result<DevNodes, Refused> {
-    let host = open_path(Path::new("/dev"))?;
+fn dev_nodes<K: Kernel>(k: &K) -> Result<DevNodes<K::Fd>, Refused> {
+    let host = open_path(k, Path::new("/dev"))?;
     let mut nodes = Vec::new();
     for name in DEV_NODES {
-        let st = nix::sys::stat::fstatat(&host, *name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        let (mode, rdev) = k
+            .fstatat_nofollow(&host, name)
             .map_err(|e| fail("cannot read", &Path::new("/dev").join(name), e.into()))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        if mode & libc::S_IFMT != libc::S_IFCHR {
             return Err(Refused::new(P, format!("`/dev/{name}` is not a character device")));
         }
-        nodes.push((*name, st.st_rdev, st.st_mode & 0o777));
+        nodes.push((*name, rdev, mode & 0o777));
     }
-    let initial = std::fs::read_to_string("/proc/self/uid_map")
+    let initial = k
+        .read_file(Path::new("/proc/self/uid_map"))
         .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]);
-    let make = initial && nix::unistd::geteuid().is_root();
+    let make = initial && k.geteuid() == 0;
     let clones = if make {
         Vec::new()
     } else {
-        DEV_NODES.iter().map(|n| clone_at(&host, n)).collect::<Result<_, _>>()?
+        DEV_NODES.iter().map(|n| clone_at(k, &host, n)).collect::<Result<_, _>>()?
     };
     Ok(DevNodes { host, nodes, make, clones })
 }
 
 /// Builds the private `/dev` at `target` (see the module docs).
-fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
-    mount_point(target, true)?;
+fn private_dev<K: Kernel>(k: &K, target: &Path, dev: &DevNodes<K::Fd>) -> Result<(), Refused> {
+    mount_point(k, target, true)?;
     // Device nodes made here work only on a tmpfs that allows them; the
     // command can make none (no capability, and it is read-only by then).
     let nodev = if dev.make { MsFlags::empty() } else { MsFlags::MS_NODEV };
-    nix::mount::mount(
+    k.mount(
         Some("tmpfs"),
         target,
         Some("tmpfs"),
@@ -320,15 +317,9 @@ fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
     for (i, (name, rdev, mode)) in dev.nodes.iter().enumerate() {
         let node = target.join(name);
         let made = dev.make
-            && nix::sys::stat::mknod(
-                &node,
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(*mode),
-                *rdev,
-            )
-            .is_ok()
+            && k.mknod_char(&node, *mode, *rdev).is_ok()
             // The mode without the umask.
-            && std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(*mode)).is_ok();
+            && k.chmod(&node, *mode).is_ok();
         if made {
             continue;
         }
@@ -340,18 +331,18 @@ fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
         let (tree, clear) = match dev.clones.get(i) {
             Some(tree) => (tree, 0),
             None => {
-                let _ = std::fs::remove_file(&node);
-                late = clone_at(&dev.host, name)?;
+                let _ = k.remove_file(&node);
+                late = clone_at(k, &dev.host, name)?;
                 (&late, libc::MOUNT_ATTR_NODEV)
             }
         };
-        mount_point(&node, false)?;
-        attach(tree, &node)?;
-        set_attrs(&node, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC, clear, false)?;
+        mount_point(k, &node, false)?;
+        attach(k, tree, &node)?;
+        set_attrs(k, &node, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC, clear, false)?;
     }
     let pts = target.join("pts");
-    mount_point(&pts, true)?;
-    nix::mount::mount(
+    mount_point(k, &pts, true)?;
+    k.mount(
         Some("devpts"),
         &pts,
         Some("devpts"),
@@ -368,7 +359,7 @@ fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
     ];
     for (name, to) in links {
         let link = target.join(name);
-        std::os::unix::fs::symlink(to, &link).map_err(|e| fail("cannot create", &link, e))?;
+        k.symlink(to, &link).map_err(|e| fail("cannot create", &link, e))?;
     }
     Ok(())
 }
@@ -377,39 +368,35 @@ fn private_dev(target: &Path, dev: &DevNodes) -> Result<(), Refused> {
 /// to mount onto. Missing components can only be created inside a tmpfs the
 /// layout placed earlier; anywhere else the file system is read-only and
 /// the error says so.
-fn mount_point(target: &Path, dir: bool) -> Result<(), Refused> {
-    if std::fs::symlink_metadata(target).is_ok() {
+fn mount_point<K: Kernel>(k: &K, target: &Path, dir: bool) -> Result<(), Refused> {
+    if k.lstat_is_dir(target).is_ok() {
         return Ok(());
     }
     let parent = target.parent().unwrap_or(Path::new("/"));
-    std::fs::create_dir_all(parent).map_err(|e| fail("cannot create the mount point", parent, e))?;
-    let made = if dir {
-        std::fs::create_dir(target)
-    } else {
-        std::fs::OpenOptions::new().write(true).create_new(true).open(target).map(drop)
-    };
+    k.create_dir_all(parent).map_err(|e| fail("cannot create the mount point", parent, e))?;
+    let made = if dir { k.create_dir(target) } else { k.create_file(target) };
     made.map_err(|e| fail("cannot create the mount point", target, e))
 }
 
-fn is_dir(tree: &OwnedFd) -> bool {
-    nix::sys::stat::fstat(tree).map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR).unwrap_or(true)
+fn is_dir<K: Kernel>(k: &K, tree: &K::Fd) -> bool {
+    k.fstat_mode(tree).map(|m| m & libc::S_IFMT == libc::S_IFDIR).unwrap_or(true)
 }
 
 /// What phase 1 prepared for one op.
-enum Prepared {
+enum Prepared<F> {
     Nothing,
-    Tree(OwnedFd),
-    Nodes(DevNodes),
+    Tree(F),
+    Nodes(DevNodes<F>),
     /// An overlay's lower layer and a clone of its upper and work's parent.
-    Layers(OwnedFd, OwnedFd),
+    Layers(F, F),
 }
 
 /// Id-maps a detached tree through `userns`: a file that belongs to uid or
 /// gid 0 on disk is seen as that namespace's 0 (the command), and what the
 /// command creates is stored as 0.
-fn id_map(tree: &OwnedFd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Refused> {
+fn id_map<K: Kernel>(k: &K, tree: &K::Fd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Refused> {
     let flags = libc::AT_EMPTY_PATH | libc::AT_RECURSIVE;
-    let r = sys::ns::mount_setattr(Some(tree.as_fd()), c"", flags, libc::MOUNT_ATTR_IDMAP, 0, Some(userns));
+    let r = k.mount_setattr(Some(tree), c"", flags, libc::MOUNT_ATTR_IDMAP, 0, Some(userns));
     if let Err(e) = r {
         return Err(Refused::new(
             "unprivileged uid",
@@ -424,49 +411,50 @@ fn id_map(tree: &OwnedFd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Ref
 
 /// Applies `ops` (already ordered parents first) in this mount namespace.
 /// With `userns`, writable binds are id-mapped through it (see [`id_map`]).
-pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refused> {
-    make_private()?;
-    let mut prepared: Vec<Prepared> = Vec::with_capacity(ops.len());
+pub fn build<K: Kernel>(k: &K, ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refused> {
+    make_private(k)?;
+    let mut prepared: Vec<Prepared<K::Fd>> = Vec::with_capacity(ops.len());
     for op in ops {
         prepared.push(match op {
             MountOp::Bind { source, writable, mapped, .. } => {
-                let tree = clone_tree(source)?;
+                let tree = clone_tree(k, source)?;
                 if let (true, Some(ns)) = (*writable || *mapped, userns) {
-                    id_map(&tree, ns, source)?;
+                    id_map(k, &tree, ns, source)?;
                 }
                 Prepared::Tree(tree)
             }
-            MountOp::HideFile { .. } => Prepared::Tree(clone_tree(Path::new("/dev/null"))?),
+            MountOp::HideFile { .. } => Prepared::Tree(clone_tree(k, Path::new("/dev/null"))?),
             // The lower layer is opened now, while a later step may still
             // hide the path it lives under.
             MountOp::Overlay { lower, upper, .. } => match (userns, upper.parent()) {
                 (Some(ns), Some(layer)) => {
-                    let mapped = clone_tree(lower)?;
-                    id_map(&mapped, ns, lower)?;
-                    Prepared::Layers(mapped, clone_tree(layer)?)
+                    let mapped = clone_tree(k, lower)?;
+                    id_map(k, &mapped, ns, lower)?;
+                    Prepared::Layers(mapped, clone_tree(k, layer)?)
                 }
-                _ => Prepared::Tree(open_path(lower)?),
+                _ => Prepared::Tree(open_path(k, lower)?),
             },
-            MountOp::Dev { .. } => Prepared::Nodes(dev_nodes()?),
+            MountOp::Dev { .. } => Prepared::Nodes(dev_nodes(k)?),
             MountOp::Tmpfs { .. } => Prepared::Nothing,
         });
     }
-    set_attrs(Path::new("/"), libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN, 0, true)?;
+    set_attrs(k, Path::new("/"), libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN, 0, true)?;
     for (op, prep) in ops.iter().zip(&prepared) {
         match (op, prep) {
             (MountOp::Tmpfs { target, mode, .. }, _) => {
-                mount_point(target, true)?;
-                tmpfs(target, *mode)?
+                mount_point(k, target, true)?;
+                tmpfs(k, target, *mode)?
             }
-            (MountOp::Dev { target }, Prepared::Nodes(nodes)) => private_dev(target, nodes)?,
+            (MountOp::Dev { target }, Prepared::Nodes(nodes)) => private_dev(k, target, nodes)?,
             (MountOp::Bind { target, writable, .. }, Prepared::Tree(tree)) => {
-                mount_point(target, is_dir(tree))?;
-                attach(tree, target)?;
+                mount_point(k, target, is_dir(k, tree))?;
+                attach(k, tree, target)?;
                 let ro = if *writable { 0 } else { libc::MOUNT_ATTR_RDONLY };
-                set_attrs(target, ro | LOCKED_DOWN, 0, true)?;
+                set_attrs(k, target, ro | LOCKED_DOWN, 0, true)?;
             }
-            (MountOp::HideFile { target }, Prepared::Tree(tree)) => match attach(tree, target) {
+            (MountOp::HideFile { target }, Prepared::Tree(tree)) => match attach(k, tree, target) {
                 Ok(()) => set_attrs(
+                    k,
                     target,
                     libc::MOUNT_ATTR_RDONLY | LOCKED_DOWN | libc::MOUNT_ATTR_NOEXEC,
                     0,
@@ -474,7 +462,7 @@ pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refu
                 )?,
                 // A file gone since the layout was made (a host socket
                 // whose server stopped) has nothing left to hide.
-                Err(_) if std::fs::symlink_metadata(target).is_err() => {}
+                Err(_) if k.lstat_is_dir(target).is_err() => {}
                 Err(e) => return Err(e),
             },
             // Placed last, below, once the run's writable layers are bound.
@@ -485,11 +473,11 @@ pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refu
     for (op, prep) in ops.iter().zip(&prepared) {
         match (op, prep, userns) {
             (MountOp::Overlay { upper, work, target, userxattr, .. }, Prepared::Tree(lower), _) => {
-                mount_point(target, true)?;
-                overlay(lower, upper, work, target, *userxattr)?;
+                mount_point(k, target, true)?;
+                overlay(k, lower, upper, work, target, *userxattr)?;
             }
             (MountOp::Overlay { target, .. }, Prepared::Layers(lower, layer), Some(_)) => {
-                overlay_mapped(lower, layer, target)?;
+                overlay_mapped(k, lower, layer, target)?;
             }
             _ => {}
         }
@@ -497,7 +485,7 @@ pub fn build(ops: &[MountOp], userns: Option<BorrowedFd<'_>>) -> Result<(), Refu
     for op in ops {
         match op {
             MountOp::Tmpfs { target, writable: false, .. } | MountOp::Dev { target } => {
-                set_read_only(target, true, false)?
+                set_read_only(k, target, true, false)?
             }
             _ => {}
         }
@@ -515,3 +503,6 @@ pub fn order(ops: &mut [MountOp]) {
 pub fn is_within(path: &Path, base: &Path) -> bool {
     path.starts_with(base)
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,13 +8,20 @@
 //! ownership and the command holds no capability once it has executed.
 //!
 //! Every function here runs in the init (a plain, single-threaded process),
-//! never between a fork and an exec of a multi-threaded one.
+//! never between a fork and an exec of a multi-threaded one. The init's
+//! steps make their calls through a [`Kernel`], so that the tests can check
+//! them against a recording fake; [`unprivileged_namespace`] and
+//! [`NetworkNamespace`], which runws runs before its fork, call the kernel
+//! directly.
 
 use std::io;
+use std::os::fd::BorrowedFd;
+use std::path::Path;
 
 use nix::libc;
 use nix::sched::CloneFlags;
 
+use super::kernel::Kernel;
 use crate::sys;
 
 /// A failure to set up one protection, named the way the user asked for it.
@@ -42,9 +49,9 @@ impl std::fmt::Display for Refused {
 }
 
 /// Enters a new user namespace mapping `uid`/`gid` to themselves.
-pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), Refused> {
+pub fn enter_user_namespace<K: Kernel>(k: &K, uid: u32, gid: u32) -> Result<(), Refused> {
     const P: &str = "user namespace";
-    if let Err(e) = nix::sched::unshare(CloneFlags::CLONE_NEWUSER) {
+    if let Err(e) = k.unshare(CloneFlags::CLONE_NEWUSER) {
         let why = match e {
             nix::errno::Errno::EPERM => "user namespaces are disabled (unshare: EPERM)".to_string(),
             nix::errno::Errno::ENOSPC => {
@@ -56,7 +63,7 @@ pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), Refused> {
         return Err(Refused::new(P, why));
     }
     let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
+        k.write_file(Path::new(file), &text).map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
     };
     write("/proc/self/setgroups", "deny".into())?;
     write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))?;
@@ -65,62 +72,42 @@ pub fn enter_user_namespace(uid: u32, gid: u32) -> Result<(), Refused> {
 }
 
 /// Enters one namespace; `protection` names it in the refusal.
-pub fn unshare(flag: CloneFlags, protection: &'static str) -> Result<(), Refused> {
-    nix::sched::unshare(flag).map_err(|e| Refused::new(protection, format!("unshare: {e}")))
+pub fn unshare<K: Kernel>(k: &K, flag: CloneFlags, protection: &'static str) -> Result<(), Refused> {
+    k.unshare(flag).map_err(|e| Refused::new(protection, format!("unshare: {e}")))
 }
 
 /// Brings the loopback interface of a new network namespace up, so the
 /// command can still talk to itself (and to nothing else).
-pub fn loopback_up() -> Result<(), Refused> {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+pub fn loopback_up<K: Kernel>(k: &K) -> Result<(), Refused> {
     const P: &str = "network namespace";
-    let sock = socket(AddressFamily::Inet, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)
-        .map_err(|e| Refused::io(P, "cannot open a socket", e.into()))?;
-    let flags = sys::ns::interface_flags(&sock, "lo")
-        .map_err(|e| Refused::io(P, "cannot read the flags of `lo`", e))?;
+    let sock = k.socket().map_err(|e| Refused::io(P, "cannot open a socket", e.into()))?;
+    let flags =
+        k.interface_flags(&sock, "lo").map_err(|e| Refused::io(P, "cannot read the flags of `lo`", e))?;
     let up = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-    sys::ns::set_interface_flags(&sock, "lo", up).map_err(|e| Refused::io(P, "cannot bring `lo` up", e))
+    k.set_interface_flags(&sock, "lo", up).map_err(|e| Refused::io(P, "cannot bring `lo` up", e))
 }
 
 /// No later `execve` can gain privileges (setuid bits, file capabilities).
-pub fn no_new_privs() -> Result<(), Refused> {
-    rustix::thread::set_no_new_privs(true)
-        .map_err(|e| Refused::io("no-new-privileges flag", "prctl", e.into()))
+pub fn no_new_privs<K: Kernel>(k: &K) -> Result<(), Refused> {
+    k.set_no_new_privs().map_err(|e| Refused::io("no-new-privileges flag", "prctl", e.into()))
 }
 
 /// SIGKILL this process when its parent dies. Returns false when the parent
 /// is already gone (it died before the request took effect).
-pub fn die_with_parent(expected_parent: i32) -> io::Result<bool> {
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    Ok(nix::unistd::getppid().as_raw() == expected_parent)
+pub fn die_with_parent<K: Kernel>(k: &K, expected_parent: i32) -> io::Result<bool> {
+    k.kill_with_parent()?;
+    Ok(k.getppid() == expected_parent)
 }
 
 /// Drops every capability: the bounding set (so even a root command cannot
 /// regain them by executing something), the ambient set, and the effective,
 /// permitted and inheritable sets. After this a root command in the sandbox
 /// is uid 0 without power over mounts, so the read-only file system holds.
-pub fn drop_capabilities() -> Result<(), Refused> {
-    use rustix::thread::{CapabilitySet, CapabilitySets};
+pub fn drop_capabilities<K: Kernel>(k: &K) -> Result<(), Refused> {
     const P: &str = "capability drop";
-    for cap in 0..64 {
-        if let Err(e) =
-            rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << cap))
-        {
-            // EINVAL: past the last capability this kernel knows.
-            if e == rustix::io::Errno::INVAL {
-                break;
-            }
-            return Err(Refused::io(P, "cannot drop the bounding set", e.into()));
-        }
-    }
-    rustix::thread::clear_ambient_capability_set()
-        .map_err(|e| Refused::io(P, "cannot clear the ambient set", e.into()))?;
-    let none = CapabilitySets {
-        effective: CapabilitySet::empty(),
-        permitted: CapabilitySet::empty(),
-        inheritable: CapabilitySet::empty(),
-    };
-    rustix::thread::set_capabilities(None, none).map_err(|e| Refused::io(P, "capset", e.into()))
+    k.clear_bounding_set().map_err(|e| Refused::io(P, "cannot drop the bounding set", e.into()))?;
+    k.clear_ambient_set().map_err(|e| Refused::io(P, "cannot clear the ambient set", e.into()))?;
+    k.clear_capabilities().map_err(|e| Refused::io(P, "capset", e.into()))
 }
 
 /// The host uid and gid a root command runs as: `nobody` and `nogroup`.
@@ -160,21 +147,18 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
 /// [`unprivileged_namespace`]): on the host, the unprivileged ids it maps,
 /// with no supplementary group. Called by the command's process as root,
 /// before it drops its capabilities.
-pub fn become_unprivileged(userns: std::os::fd::BorrowedFd<'_>) -> Result<(), Refused> {
+pub fn become_unprivileged<K: Kernel>(k: &K, userns: BorrowedFd<'_>) -> Result<(), Refused> {
     const P: &str = "unprivileged uid";
-    nix::unistd::setgroups(&[]).map_err(|e| Refused::new(P, format!("setgroups: {e}")))?;
-    nix::sched::setns(userns, CloneFlags::CLONE_NEWUSER)
-        .map_err(|e| Refused::new(P, format!("setns: {e}")))?;
-    let zero_g = nix::unistd::Gid::from_raw(0);
-    let zero_u = nix::unistd::Uid::from_raw(0);
-    nix::unistd::setresgid(zero_g, zero_g, zero_g).map_err(|e| Refused::new(P, format!("setresgid: {e}")))?;
-    nix::unistd::setresuid(zero_u, zero_u, zero_u).map_err(|e| Refused::new(P, format!("setresuid: {e}")))?;
+    k.clear_groups().map_err(|e| Refused::new(P, format!("setgroups: {e}")))?;
+    k.setns(userns, CloneFlags::CLONE_NEWUSER).map_err(|e| Refused::new(P, format!("setns: {e}")))?;
+    k.setresgid(0).map_err(|e| Refused::new(P, format!("setresgid: {e}")))?;
+    k.setresuid(0).map_err(|e| Refused::new(P, format!("setresuid: {e}")))?;
     Ok(())
 }
 
 /// Marks every descriptor from `first` up close-on-exec.
-pub fn close_inherited(first: u32) -> Result<(), Refused> {
-    sys::ns::cloexec_from(first).map_err(|e| Refused::io("descriptor isolation", "close_range", e))
+pub fn close_inherited<K: Kernel>(k: &K, first: u32) -> Result<(), Refused> {
+    k.cloexec_from(first).map_err(|e| Refused::io("descriptor isolation", "close_range", e))
 }
 
 /// A network namespace being made by a helper on another core (see
@@ -226,3 +210,6 @@ impl NetworkNamespace {
         opened
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -230,5 +230,4 @@ fn write_archive(
 }
 
 #[cfg(test)]
-#[path = "archive_tests.rs"]
 mod tests;

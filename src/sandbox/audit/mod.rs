@@ -39,6 +39,7 @@ use nix::sys::stat::Mode;
 use serde::{Deserialize, Serialize};
 
 use super::Plan;
+use super::kernel::Real;
 use super::mounts::{self, set_read_only};
 use super::ns::Refused;
 use crate::fsx::Dir;
@@ -163,7 +164,7 @@ fn fd_path(fd: &OwnedFd) -> String {
 
 /// Builds the audit's root in this (new, private) mount namespace.
 pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
-    mounts::make_private()?;
+    mounts::make_private(&Real)?;
     let run = &plan.run_dir;
     let logs = Dir::open(run.join("logs")).map_err(|e| Refused::new(P, e.to_string()))?;
     let table = mount_table()?;
@@ -171,7 +172,7 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
     // namespace only: a separate file system, so no layer overlaps a lower
     // one, and the command (which sees the real run directory) never sees it.
     let staging = run.join("tmp");
-    mounts::tmpfs(&staging, 0o700)?;
+    mounts::tmpfs(&Real, &staging, 0o700)?;
     let staging_fd: OwnedFd = nix::fcntl::open(&staging, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
         .map_err(|e| Refused::new(P, format!("cannot open the staging area: {e}")))?;
     let root = staging.join("root");
@@ -212,7 +213,7 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
                 return Err(why);
             }
             // Never writable: bind it read-only and say it was not audited.
-            bind(p, &target, false).and_then(|()| set_read_only(&target, true, false))?;
+            bind(p, &target, false).and_then(|()| set_read_only(&Real, &target, true, false))?;
             staged.not_audited.push(NotAudited { path: p.display().to_string(), why: why.why });
         }
     }
@@ -229,7 +230,7 @@ pub fn stage(plan: &Plan, fresh_proc: bool) -> Result<Staged, Refused> {
     }
     let sys = inside(&root, Path::new("/sys"));
     bind(Path::new("/sys"), &sys, true)?;
-    set_read_only(&sys, true, true)?;
+    set_read_only(&Real, &sys, true, true)?;
     let proc_target = inside(&root, Path::new("/proc"));
     if fresh_proc {
         nix::mount::mount(
@@ -274,7 +275,7 @@ impl Staged {
         if nix::unistd::access(src, nix::unistd::AccessFlags::W_OK).is_err() {
             mode &= !0o222;
         }
-        mounts::tmpfs(target, mode)?;
+        mounts::tmpfs(&Real, target, mode)?;
         self.skeletons.push((target.to_path_buf(), src.to_path_buf()));
         let entries = std::fs::read_dir(src)
             .map_err(|e| Refused::new(P, format!("cannot list `{}`: {e}", src.display())))?;
@@ -297,7 +298,7 @@ impl Staged {
                 std::fs::File::create(&t)
                     .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))
                     .and_then(|_| bind(&s, &t, false))
-                    .and_then(|()| set_read_only(&t, true, false))
+                    .and_then(|()| set_read_only(&Real, &t, true, false))
             };
             if let Err(why) = made {
                 self.not_audited.push(NotAudited { path: s.display().to_string(), why: why.why });
@@ -340,7 +341,7 @@ impl Staged {
                 self.files.push(FileCopy { original: original.to_path_buf(), copy });
             }
             Err(e) => {
-                bind(original, target, false).and_then(|()| set_read_only(target, true, false))?;
+                bind(original, target, false).and_then(|()| set_read_only(&Real, target, true, false))?;
                 self.not_audited.push(NotAudited {
                     path: original.display().to_string(),
                     why: format!("cannot copy: {e}"),
