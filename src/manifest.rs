@@ -30,6 +30,7 @@ use crate::workspace::{FINAL_TEMP, MANIFEST};
 
 mod owned;
 mod records;
+pub mod sandbox;
 pub use owned::Owner;
 pub use records::{
     Checkpoint, ClaimKind, LeaseRecord, RefusedRecord, RestoredRecord, Source, Truncated, WorktreeRecord,
@@ -213,7 +214,7 @@ pub struct Manifest {
     pub allow_import: Option<Vec<String>>,
     /// What `runws audit` found changed outside the run.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
-    pub audit: Option<crate::sandbox::audit::Report>,
+    pub audit: Option<sandbox::AuditReport>,
     /// How the run's seal ended.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub checkpoint: Option<Checkpoint>,
@@ -231,7 +232,7 @@ pub struct Manifest {
     pub restored: Option<Vec<RestoredRecord>>,
     /// The isolation of `run --sandbox` or `audit`.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
-    pub sandbox: Option<crate::sandbox::Record>,
+    pub sandbox: Option<sandbox::SandboxRecord>,
     /// What a full disk cut from the final record.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub truncated: Option<Truncated>,

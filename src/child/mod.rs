@@ -198,7 +198,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
         (Some(run), Some(single)) => {
             use std::os::fd::AsRawFd;
             let keep = spec.in_process_keep.iter().map(|f| f.as_raw_fd()).collect();
-            Some(InProcess { run, keep, single })
+            Some(InProcess { run, keep, single, strings: crate::procinfo::own_arg_and_env_ranges() })
         }
         _ => None,
     };

@@ -201,13 +201,13 @@ fn reads<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
 /// Every record runws adds, by its field, with its check.
 pub const RECORDS: &[(&str, Check)] = &[
     ("allow_import", reads::<Vec<String>>),
-    ("audit", reads::<crate::sandbox::audit::Report>),
+    ("audit", reads::<super::sandbox::AuditReport>),
     ("checkpoint", reads::<Checkpoint>),
     ("held", reads::<bool>),
     ("lease", reads::<LeaseRecord>),
     ("refused", reads::<Vec<RefusedRecord>>),
     ("restored", reads::<Vec<RestoredRecord>>),
-    ("sandbox", reads::<crate::sandbox::Record>),
+    ("sandbox", reads::<super::sandbox::SandboxRecord>),
     ("truncated", reads::<Truncated>),
     ("worktree", reads::<WorktreeRecord>),
 ];

@@ -25,7 +25,7 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use rustix::mount::OpenTreeFlags;
 
-use super::ns::Refused;
+use super::refused::Refused;
 use crate::sys;
 
 #[cfg(test)]

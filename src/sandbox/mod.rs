@@ -48,7 +48,7 @@ mod kernel;
 pub mod mounts;
 pub mod ns;
 mod plan;
-mod record;
+mod refused;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -58,9 +58,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::manifest::sandbox::{Kind, Missing, Net, SandboxRecord as Record};
 pub use isolated::Isolated;
 pub use plan::{Options, prepare};
-pub use record::{Kind, Missing, Net, Record};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;

@@ -37,56 +37,18 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::libc;
 use nix::mount::MsFlags;
 use rustix::mount::OpenTreeFlags;
-use serde::{Deserialize, Serialize};
 
 use super::kernel::Kernel;
-use super::ns::Refused;
+use super::refused::Refused;
 
 const P: &str = "read-only file system";
 
-/// One step of the layout.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum MountOp {
-    /// A fresh tmpfs at `target`. `writable: false` hides what was there
-    /// behind an empty, read-only directory.
-    Tmpfs { target: PathBuf, mode: u32, writable: bool },
-    /// `source` (a file or directory tree) placed at `target`; read-only
-    /// unless `writable`, in which case it keeps its source's flags. With
-    /// `mapped`, id-mapped like a writable one (the run directory's own
-    /// top level: private to its owner, yet the command's to enter).
-    Bind {
-        source: PathBuf,
-        target: PathBuf,
-        writable: bool,
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        mapped: bool,
-    },
-    /// A file hidden behind an empty, read-only `/dev/null`.
-    HideFile { target: PathBuf },
-    /// `lower` (a shared cache, never written) seen at `target` through a
-    /// copy-on-write overlay whose upper layer is the run's own `upper`.
-    Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf, target: PathBuf, userxattr: bool },
-    /// A private `/dev` at `target` (see the module docs).
-    Dev { target: PathBuf },
-}
-
-impl MountOp {
-    pub fn target(&self) -> &Path {
-        match self {
-            MountOp::Tmpfs { target, .. }
-            | MountOp::Bind { target, .. }
-            | MountOp::HideFile { target }
-            | MountOp::Overlay { target, .. }
-            | MountOp::Dev { target } => target,
-        }
-    }
-}
+pub use crate::manifest::sandbox::MountOp;
 
 fn cpath(p: &Path) -> Result<CString, Refused> {
     CString::new(p.as_os_str().as_bytes())

@@ -24,29 +24,7 @@ use nix::sched::CloneFlags;
 use super::kernel::Kernel;
 use crate::sys;
 
-/// A failure to set up one protection, named the way the user asked for it.
-#[derive(Debug)]
-pub struct Refused {
-    /// What could not be set up: "user namespace", "network namespace", ...
-    pub protection: &'static str,
-    pub why: String,
-}
-
-impl Refused {
-    pub fn new(protection: &'static str, why: impl Into<String>) -> Refused {
-        Refused { protection, why: why.into() }
-    }
-
-    fn io(protection: &'static str, what: &str, e: io::Error) -> Refused {
-        Refused::new(protection, format!("{what}: {e}"))
-    }
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cannot set up the {}: {}", self.protection, self.why)
-    }
-}
+pub use super::refused::Refused;
 
 /// Enters a new user namespace mapping `uid`/`gid` to themselves.
 pub fn enter_user_namespace<K: Kernel>(k: &K, uid: u32, gid: u32) -> Result<(), Refused> {

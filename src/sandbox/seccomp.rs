@@ -45,7 +45,7 @@
 
 use nix::libc;
 
-use super::ns::Refused;
+use super::refused::Refused;
 use crate::sys::ns::Insn;
 
 const P: &str = "system-call filter";

@@ -63,6 +63,10 @@ pub struct InProcess<'a> {
     pub keep: Vec<RawFd>,
     /// The child may run any code only when runws has a single thread.
     pub single: &'a SingleThreaded,
+    /// Where runws's argument and environment strings lie in its memory
+    /// (`((arg_start, arg_end), (env_start, env_end))`, as /proc/self/stat
+    /// gives them): the child, a copy of that memory, blanks them.
+    pub strings: Option<((usize, usize), (usize, usize))>,
 }
 
 /// Everything the child reads, as raw pointers into buffers that outlive it.
@@ -181,7 +185,7 @@ pub fn start(
 fn child_after_fork(l: &Launch, in_process: Option<InProcess<'_>>) -> ! {
     // SAFETY: a forked child with `l` built by `start` in the memory it copied.
     unsafe { prepare(l) };
-    let Some(InProcess { run, keep, single }) = in_process else {
+    let Some(InProcess { run, keep, single, strings }) = in_process else {
         // SAFETY: as above, after `prepare`.
         unsafe { exec(l) }
     };
@@ -195,7 +199,7 @@ fn child_after_fork(l: &Launch, in_process: Option<InProcess<'_>>) -> ! {
         unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
     }
     close_on_exec_now();
-    hide_command_line_and_environment();
+    hide_command_line_and_environment(strings);
     // A panic must end this child here: unwinding would run runws's own
     // destructors (its lease, its files) in a copy of runws.
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(crate::exit::FAILURE);
@@ -231,8 +235,8 @@ fn close_on_exec_now() {
 /// the init shows neither runws's arguments (a store URL with a password)
 /// nor its environment to the sandbox. Nothing in the child reads them: the
 /// init is handed what it needs.
-fn hide_command_line_and_environment() {
-    let Some((args, env)) = crate::procinfo::own_arg_and_env_ranges() else { return };
+fn hide_command_line_and_environment(strings: Option<((usize, usize), (usize, usize))>) {
+    let Some((args, env)) = strings else { return };
     for (range, name) in [(args, &b"runws-sandbox-init"[..]), (env, &b""[..])] {
         let (start, end) = range;
         if start != 0 && end > start && end - start < (1 << 24) {

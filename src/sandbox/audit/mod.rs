@@ -36,44 +36,16 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::Mode;
-use serde::{Deserialize, Serialize};
 
 use super::Plan;
 use super::kernel::Real;
 use super::mounts::{self, set_read_only};
-use super::ns::Refused;
+use super::refused::Refused;
 use crate::fsx::Dir;
 
 const P: &str = "copy-on-write layer";
 
-/// One change outside the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
-    pub path: String,
-    /// `created`, `changed` or `deleted`.
-    pub change: String,
-    /// `file`, `dir`, `symlink` or `other`.
-    pub kind: String,
-    /// What changed, for `changed`: `content`, `mode`, `owner`, `type`,
-    /// `replaced` (a directory emptied and refilled), `times`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub what: Vec<String>,
-}
-
-/// A mount the audit could not layer; it was read-only for the command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NotAudited {
-    pub path: String,
-    pub why: String,
-}
-
-/// The manifest's `audit` record, also `logs/audit.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Report {
-    pub changes: Vec<Change>,
-    #[serde(default)]
-    pub not_audited: Vec<NotAudited>,
-}
+pub use crate::manifest::sandbox::{AuditReport as Report, Change, NotAudited};
 
 /// One overlay: the real mount point and its upper layer.
 struct Layer {

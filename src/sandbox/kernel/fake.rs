@@ -24,7 +24,7 @@ use nix::sched::CloneFlags;
 use rustix::mount::OpenTreeFlags;
 
 use super::Kernel;
-use crate::sandbox::ns::Refused;
+use crate::sandbox::refused::Refused;
 
 /// What is at a path of the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
