@@ -275,30 +275,57 @@ fn outer(
 /// Each step taken, or with `--sandbox=try` noted as missing; else the
 /// refusal.
 fn enter_outer<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<Option<Entered>, Refused> {
+    enter_namespaces(k, plan, status, Position::Outer)
+}
+
+/// Where an init stands when it enters the namespaces.
+enum Position<'a> {
+    /// Outside them: it enters the user namespace (not as root), and makes
+    /// the PID and network namespaces its child becomes PID 1 of.
+    Outer,
+    /// PID 1 already (runws forked it into a new PID namespace): it enters
+    /// the network namespace runws made, when it was handed one.
+    Pid1(Handed<'a>),
+}
+
+/// The namespace steps of either init, in one order: no new privileges,
+/// (outer) the user namespace and the parent-death check, the mount, PID
+/// and network namespaces, then IPC and UTS.
+fn enter_namespaces<K: Kernel>(
+    k: &K,
+    plan: &Plan,
+    status: &mut Status,
+    at: Position<'_>,
+) -> Result<Option<Entered>, Refused> {
     if plan.kind == Kind::Sandbox {
         status.attempt(ns::no_new_privs(k))?;
     }
-    if plan.user_namespace {
-        status.attempt(ns::enter_user_namespace(k, plan.uid, plan.gid))?;
+    if let Position::Outer = at {
+        if plan.user_namespace {
+            status.attempt(ns::enter_user_namespace(k, plan.uid, plan.gid))?;
+        }
+        // Set after entering the user namespace: a change of credentials
+        // clears the parent-death signal.
+        match ns::die_with_parent(k, plan.runws_pid) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => return Err(Refused::new("parent-death signal", e.to_string())),
+        }
     }
-    // Set after entering the user namespace: a change of credentials
-    // clears the parent-death signal.
-    match ns::die_with_parent(k, plan.runws_pid) {
-        Ok(true) => {}
-        Ok(false) => return Ok(None),
-        Err(e) => return Err(Refused::new("parent-death signal", e.to_string())),
-    }
-    let entered = Entered {
-        mount: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?,
-        pid: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
-        net: plan.net == Net::None
-            && status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"))?,
+    let mount = status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?;
+    let (pid, net) = match at {
+        Position::Outer => (
+            status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
+            plan.net == Net::None
+                && status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"))?,
+        ),
+        Position::Pid1(handed) => (true, plan.net == Net::None && status.attempt(enter_network(k, handed))?),
     };
     if plan.kind == Kind::Sandbox {
         status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWIPC, "IPC namespace"))?;
         status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWUTS, "UTS namespace"))?;
     }
-    Ok(Some(entered))
+    Ok(Some(Entered { mount, pid, net }))
 }
 
 /// The init as PID 1 of the namespace runws forked it into: the outer
@@ -321,19 +348,10 @@ fn enter_as_pid1<K: Kernel>(
     status: &mut Status,
     handed: Handed<'_>,
 ) -> Result<Entered, Refused> {
-    if plan.kind == Kind::Sandbox {
-        status.attempt(ns::no_new_privs(k))?;
+    match enter_namespaces(k, plan, status, Position::Pid1(handed))? {
+        Some(entered) => Ok(entered),
+        None => unreachable!("only the outer init looks for its parent while it enters the namespaces"),
     }
-    let entered = Entered {
-        mount: status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?,
-        pid: true,
-        net: plan.net == Net::None && status.attempt(enter_network(k, handed))?,
-    };
-    if plan.kind == Kind::Sandbox {
-        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWIPC, "IPC namespace"))?;
-        status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWUTS, "UTS namespace"))?;
-    }
-    Ok(entered)
 }
 
 /// Waits for child `pid` (any child with `None`): its pid and raw status.
