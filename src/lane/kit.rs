@@ -23,6 +23,7 @@ use nix::sys::stat::SFlag;
 use super::card::{Card, CheckItem, Checker, Kit, State};
 use super::{Lane, Step, allowed, git_clean, kit_dir, now};
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::walk::{Visit, Walk};
 use crate::fsx::{Dir, kind};
 use crate::manifest::{self, Status};
 use crate::seal::archive::{Format, PackOptions};
@@ -34,20 +35,23 @@ use crate::workspace::RunDir;
 /// What a kit holds, in this order.
 pub const KIT_ENTRIES: [&str; 6] = ["TICKET", "card.json", "card.md", "replay", "work", "logs"];
 
-/// Visits every entry below `dir` without following symlinks; `visit`
-/// returns whether to descend into a directory.
+/// Visits every entry below `dir` in name order without following
+/// symlinks; `visit` returns whether to descend into a directory. A name
+/// that is not UTF-8 is an error (runws never makes one in a lane).
 fn walk(dir: &Dir, rel: &str, visit: &mut dyn FnMut(&Dir, &str, &str, SFlag) -> Result<bool>) -> Result<()> {
-    let mut names: Vec<String> = dir.entries_utf8()?;
-    names.sort();
-    for name in names {
-        let Some(st) = dir.lstat(&name)? else { continue };
-        let path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-        let k = kind(&st);
-        if visit(dir, &name, &path, k)? && k == SFlag::S_IFDIR {
-            walk(&dir.sub(&name)?, &path, visit)?;
-        }
-    }
-    Ok(())
+    Walk::new().run(dir, |e| {
+        let Some(name) = e.name.to_str() else {
+            return Err(Error::Other(format!(
+                "`{}` holds a name that is not UTF-8: `{}`",
+                crate::shown::path(e.dir.path()),
+                crate::shown::os(e.name)
+            )));
+        };
+        let Some(st) = &e.stat else { return Ok(Visit::Skip) };
+        let below = e.rel.to_str().unwrap_or(name);
+        let path = if rel.is_empty() { below.to_string() } else { format!("{rel}/{below}") };
+        Ok(if visit(e.dir, name, &path, kind(st))? { Visit::Descend } else { Visit::Skip })
+    })
 }
 
 fn is_env_name(name: &str) -> bool {
