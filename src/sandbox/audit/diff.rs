@@ -185,7 +185,8 @@ pub fn compare_file(copy: &Path, original: &Path) -> Option<Change> {
 /// created (with all it holds); the reverse was deleted.
 pub fn compare_skeleton(target: &Path, real: &Path, out: &mut Vec<Change>) {
     let names = |d: &Path| -> Vec<std::ffi::OsString> {
-        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+        let listed = Dir::open(d).and_then(|d| d.entries_raw()).unwrap_or_default();
+        listed.into_iter().map(|(name, _)| name).collect()
     };
     let (made, had) = (names(target), names(real));
     for n in &made {
