@@ -35,7 +35,7 @@ pub fn is_temp(name: &OsStr) -> bool {
 
 /// Removes (with `dry_run`, lists) the temp files of dead writers in `dir`
 /// and, `depth` levels down, in its subdirectories (never through a
-/// symlink); a live writer's are left alone, and so is every path in
+/// symlink, nor into a mount point); a live writer's are left alone, and so is every path in
 /// `recorded` (relative to `dir`): a run's evidence may bear any name (an
 /// input, or an output another run imported), a temp file's among them.
 pub fn temp_files(
@@ -46,8 +46,8 @@ pub fn temp_files(
     out: &mut Vec<Found>,
 ) {
     let mut v = TempFiles { recorded, dry_run, out };
-    // Infallible: every failure is noted in `out` and the walk goes on.
-    // A mount point is not entered: what is mounted there is not the run's.
+    // Infallible: every failure is noted in `out` and the walk goes on. A
+    // mount point is not entered: what is mounted there is not runws's.
     let walk = Walk::new().order(Order::AsListed).max_depth(depth).mounts(Mounts::Stay);
     let _ = walk.run_with(dir, &mut v);
 }

@@ -1,5 +1,6 @@
 //! The one recursive directory walk: every tree runws reads, copies, seals,
-//! scans or cleans is walked here.
+//! scans or sweeps is walked here (removing a tree, which must empty each
+//! directory before it goes, is [`Dir::remove_tree`]'s own).
 //!
 //! The walk starts at an open [`Dir`] and never resolves a path again: each
 //! directory is listed through its own descriptor, each entry is looked at
@@ -41,7 +42,7 @@ pub enum Order {
 }
 
 /// What the walk does at a directory on another mount than its parent's
-/// (another file system, or a bind mount of the same one).
+/// (another device, or a bind mount of the same file system).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mounts {
     /// Enters it like any directory.

@@ -1,7 +1,7 @@
 //! The walk of a pack: every entry of the run reached relative to an open
-//! directory without following a symlink, checked against the budgets, the
-//! never-packed list and the symlink rule, and appended to the tar stream
-//! with each file's bytes read exactly once.
+//! directory without following a symlink ([`crate::fsx::walk`]), checked
+//! against the budgets, the never-packed list and the symlink rule, and
+//! appended to the tar stream with each file's bytes read exactly once.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -116,13 +116,8 @@ impl Visitor for Packer<'_> {
         if kind == SFlag::S_IFLNK {
             let target = readlinkat(dir, entry.name).ctx("cannot read symlink", shown())?;
             let root_fd = root.borrow();
-            let parent: Vec<Vec<u8>> = rel_path
-                .parent()
-                .map_or(&[][..], |p| p.as_os_str().as_bytes())
-                .split(|b| *b == b'/')
-                .filter(|c| !c.is_empty())
-                .map(<[u8]>::to_vec)
-                .collect();
+            let parent_bytes = rel_path.parent().map_or(&[][..], |p| p.as_os_str().as_bytes());
+            let parent: Vec<Vec<u8>> = links::components(parent_bytes).map(<[u8]>::to_vec).collect();
             let inside = links::stays_inside(&parent, target.as_bytes(), |p| {
                 read_link_below(root_fd, &links::join(p))
             });
