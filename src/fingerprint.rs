@@ -10,12 +10,14 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::mpsc;
 
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::walk::{Entry, Failure, Kind, Visit, Walk};
 use crate::fsx::{self, Dir};
 use crate::osname::OsName;
 use crate::shown;
@@ -191,7 +193,11 @@ pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<I
 }
 
 fn copy_file(src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<InputRecord> {
-    let mut from = File::open(src).ctx("cannot open input", src)?;
+    let from = File::open(src).ctx("cannot open input", src)?;
+    copy_opened(from, src, into, name, rel)
+}
+
+fn copy_opened(mut from: File, src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<InputRecord> {
     let mut to = into.create_new(name, 0o644).ctx("cannot create", into.join(name))?;
     let (bytes, sha256) = copy_and_hash(&mut from, &mut to).ctx("cannot copy input", src)?;
     Ok(InputRecord {
@@ -204,40 +210,70 @@ fn copy_file(src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<Inpu
     })
 }
 
+/// Copies the directory `src` (named by the user: followed) as `name` in
+/// `parent`, and everything below it in name order; a symlink below it is
+/// copied as a symlink, never followed.
 fn copy_dir(src: &Path, parent: &Dir, name: &OsName, rel: &OsName, out: &mut Vec<InputRecord>) -> Result<()> {
     parent.mkdir(name, 0o755).ctx("cannot create", parent.join(name))?;
-    let dir = parent.sub(name)?;
-    let mut entries: Vec<_> = std::fs::read_dir(src)
-        .ctx("cannot list input", src)?
-        .collect::<std::io::Result<_>>()
-        .ctx("cannot list input", src)?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let child = OsName::from(entry.file_name());
-        let child_rel = rel.joined("/", &child);
-        let ft = entry.file_type().ctx("cannot read input", &path)?;
-        if ft.is_symlink() {
-            let target = std::fs::read_link(&path).ctx("cannot read link", &path)?;
-            dir.symlink(&target, &child)?;
-            let text = target.as_os_str().as_encoded_bytes();
-            out.push(InputRecord {
-                path: child_rel,
-                kind: "symlink".into(),
-                bytes: text.len() as u64,
-                sha256: crate::hex::encode(&Sha256::digest(text)),
-                from_run: None,
-                from_output: None,
-            });
-        } else if ft.is_dir() {
-            copy_dir(&path, &dir, &child, &child_rel, out)?;
-        } else if ft.is_file() {
-            out.push(copy_file(&path, &dir, &child, &child_rel)?);
-        } else {
-            return Err(Error::SpecialFile { path });
+    // `made[d]` is the copy of the directory holding the entries at depth `d + 1`.
+    let mut made = vec![parent.sub(name)?];
+    let from = Dir::open(src)?;
+    let visit = |e: &Entry<'_>| {
+        made.truncate(e.depth);
+        let dir = &made[e.depth - 1];
+        let child = OsName::from(e.name.to_os_string());
+        let child_rel = rel.joined("/", e.rel);
+        match e.kind() {
+            Kind::Symlink => {
+                let target =
+                    nix::fcntl::readlinkat(e.dir.borrow(), e.name).ctx("cannot read link", e.path())?;
+                dir.symlink(Path::new(&target), &child)?;
+                let text = target.as_bytes();
+                out.push(InputRecord {
+                    path: child_rel,
+                    kind: "symlink".into(),
+                    bytes: text.len() as u64,
+                    sha256: crate::hex::encode(&Sha256::digest(text)),
+                    from_run: None,
+                    from_output: None,
+                });
+                Ok(Visit::Skip)
+            }
+            Kind::Dir => {
+                dir.mkdir(&child, 0o755).ctx("cannot create", dir.join(&child))?;
+                let sub = dir.sub(&child)?;
+                made.push(sub);
+                Ok(Visit::Descend)
+            }
+            Kind::File => {
+                let path = e.path();
+                let from = match e.dir.open_read(e.name) {
+                    Ok(Some(f)) => f,
+                    Ok(None) => return Err(cannot_open(&path, std::io::ErrorKind::NotFound.into())),
+                    Err(Error::Io { source, .. }) => return Err(cannot_open(&path, source)),
+                    Err(e) => return Err(e),
+                };
+                out.push(copy_opened(from, &path, dir, &child, &child_rel)?);
+                Ok(Visit::Skip)
+            }
+            Kind::Special => Err(Error::SpecialFile { path: e.path() }),
+            Kind::Gone => Err(cannot_open(&e.path(), std::io::ErrorKind::NotFound.into())),
         }
-    }
-    Ok(())
+    };
+    // Failures keep the words an input's copy has always used.
+    Walk::new().run_or(&from, visit, |failure| {
+        Err(match failure {
+            Failure::List { path, error: Error::Io { source, .. } } => {
+                Error::io("cannot list input", path, source)
+            }
+            Failure::Stat { path, errno } => Error::io("cannot read input", path, errno.into()),
+            other => other.into_error(),
+        })
+    })
+}
+
+fn cannot_open(path: &Path, e: std::io::Error) -> Error {
+    Error::io("cannot open input", path, e)
 }
 
 #[cfg(test)]

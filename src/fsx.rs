@@ -23,6 +23,8 @@ use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use crate::error::{Error, IoContext, Result};
 
+pub mod walk;
+
 /// Longest name accepted for outputs and other single path components.
 pub const MAX_NAME_BYTES: usize = 200;
 

@@ -61,6 +61,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
+use crate::fsx::walk::{Entry, Failure, Kind, Order, Visit, Visitor, Walk};
 
 /// Keys that name one program, each set on the command line to something
 /// that runs nothing of the repository's.
@@ -235,9 +236,9 @@ pub(crate) const RUN_WRITABLE: [&str; 4] = ["objects", "refs", "logs", "worktree
 /// regular file nor a directory: git makes none there, and git outside the
 /// sandbox would follow a symlink a run left (a reflog appended to, or a
 /// ref deleted, in a directory the run could not even see). Walks through
-/// directory descriptors ([`crate::fsx::Dir`]), never through a path, so a
+/// directory descriptors ([`crate::fsx::walk`]), never through a path, so a
 /// directory swapped for a symlink meanwhile is refused, not followed;
-/// returns what was removed.
+/// every name counts, UTF-8 or not; returns what was removed.
 pub(crate) fn remove_planted(common: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     let Ok(top) = crate::fsx::Dir::open(common) else { return removed };
@@ -246,28 +247,34 @@ pub(crate) fn remove_planted(common: &Path) -> Vec<PathBuf> {
         // beneath them): one that is a symlink is the user's own layout (a
         // `git new-workdir` checkout, say), so it is left and not entered.
         let Ok(sub) = top.sub(part) else { continue };
-        for entry in sub.entries().unwrap_or_default() {
-            clean(&sub, &entry, &mut removed, 0);
-        }
+        let walk = Walk::new().order(Order::AsListed).max_depth(64);
+        let _ = walk.run_with(&sub, &mut Planted(&mut removed));
     }
     removed
 }
 
-/// [`remove_planted`] for the entry `name` of `dir`: a directory is walked
-/// (to a sane depth), a regular file kept, anything else removed.
-fn clean(dir: &crate::fsx::Dir, name: &str, removed: &mut Vec<PathBuf>, depth: usize) {
-    use nix::sys::stat::SFlag;
-    let Ok(Some(st)) = dir.lstat(name) else { return };
-    match crate::fsx::kind(&st) {
-        SFlag::S_IFDIR if depth < 64 => {
-            if let Ok(sub) = dir.sub(name) {
-                for entry in sub.entries().unwrap_or_default() {
-                    clean(&sub, &entry, removed, depth + 1);
+/// The walk of [`remove_planted`]: a directory is walked (to a sane depth),
+/// a regular file kept, anything else removed; what cannot be looked at is
+/// passed over.
+struct Planted<'a>(&'a mut Vec<PathBuf>);
+
+impl Visitor for Planted<'_> {
+    type Error = Error;
+
+    fn entry(&mut self, e: &Entry<'_>) -> Result<Visit> {
+        match e.kind() {
+            Kind::Dir => return Ok(Visit::Descend),
+            Kind::File | Kind::Gone => {}
+            Kind::Symlink | Kind::Special => {
+                if e.dir.unlink(e.name).is_ok() {
+                    self.0.push(e.path());
                 }
             }
         }
-        SFlag::S_IFDIR | SFlag::S_IFREG => {}
-        _ if dir.unlink(name).is_ok() => removed.push(dir.join(name)),
-        _ => {}
+        Ok(Visit::Skip)
+    }
+
+    fn failed(&mut self, _: Failure) -> Result<()> {
+        Ok(())
     }
 }

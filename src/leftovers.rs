@@ -13,8 +13,9 @@
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::fsx::walk::{Entry, Failure, Mounts, Order, Visit, Visitor, Walk};
 use crate::fsx::{self, Dir, Leftover};
 use crate::seal::archive;
 
@@ -34,7 +35,7 @@ pub fn is_temp(name: &OsStr) -> bool {
 
 /// Removes (with `dry_run`, lists) the temp files of dead writers in `dir`
 /// and, `depth` levels down, in its subdirectories (never through a
-/// symlink); a live writer's are left alone, and so is every path in
+/// symlink, nor into a mount point); a live writer's are left alone, and so is every path in
 /// `recorded` (relative to `dir`): a run's evidence may bear any name (an
 /// input, or an output another run imported), a temp file's among them.
 pub fn temp_files(
@@ -44,37 +45,46 @@ pub fn temp_files(
     dry_run: bool,
     out: &mut Vec<Found>,
 ) {
-    walk(dir, Path::new(""), depth, recorded, dry_run, out);
+    let mut v = TempFiles { recorded, dry_run, out };
+    // Infallible: every failure is noted in `out` and the walk goes on. A
+    // mount point is not entered: what is mounted there is not runws's.
+    let walk = Walk::new().order(Order::AsListed).max_depth(depth).mounts(Mounts::Stay);
+    let _ = walk.run_with(dir, &mut v);
 }
 
-fn walk(
-    dir: &Dir,
-    rel: &Path,
-    depth: usize,
-    recorded: &BTreeSet<PathBuf>,
+/// The walk of [`temp_files`].
+struct TempFiles<'a> {
+    recorded: &'a BTreeSet<PathBuf>,
     dry_run: bool,
-    out: &mut Vec<Found>,
-) {
-    let names = match dir.entries_raw() {
-        Ok(n) => n,
-        Err(e) => {
-            out.push(Found { ok: false, acted: false, message: format!("cannot look for temp files: {e}") });
-            return;
+    out: &'a mut Vec<Found>,
+}
+
+impl Visitor for TempFiles<'_> {
+    type Error = crate::error::Error;
+
+    fn entry(&mut self, e: &Entry<'_>) -> crate::error::Result<Visit> {
+        if self.recorded.contains(e.rel) {
+            return Ok(Visit::Skip);
         }
-    };
-    for (name, is_dir) in names {
-        let path = rel.join(&name);
-        if recorded.contains(&path) {
-            continue;
+        if is_temp(e.name) {
+            self.out.push(temp_file(e.dir, e.name, self.dry_run));
+            return Ok(Visit::Skip);
         }
-        if is_temp(&name) {
-            out.push(temp_file(dir, &name, dry_run));
-        } else if depth > 0 && is_dir != Some(false) {
-            // A name that is not a directory, or a symlink, is refused here.
-            if let Ok(sub) = dir.sub(&name) {
-                walk(&sub, &path, depth - 1, recorded, dry_run, out);
-            }
+        // A symlink is never entered.
+        Ok(Visit::Descend)
+    }
+
+    fn failed(&mut self, failure: Failure) -> crate::error::Result<()> {
+        match failure {
+            Failure::List { error, .. } => self.out.push(Found {
+                ok: false,
+                acted: false,
+                message: format!("cannot look for temp files: {error}"),
+            }),
+            // Not a directory (any more), or not to be entered: nothing to look for.
+            Failure::Stat { .. } | Failure::Open { .. } | Failure::TooDeep { .. } => {}
         }
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@ use nix::sys::stat::SFlag;
 use super::card::{Card, CheckItem, Checker, Kit, State};
 use super::{Lane, Step, allowed, git_clean, now};
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::walk::{Entry, Visit, Walk};
 use crate::fsx::{Dir, kind};
 use crate::manifest::{self, Status};
 use crate::seal::archive::{Format, PackOptions};
@@ -34,20 +35,28 @@ use crate::workspace::RunDir;
 /// What a kit holds, in this order.
 pub const KIT_ENTRIES: [&str; 6] = ["TICKET", "card.json", "card.md", "replay", "work", "logs"];
 
-/// Visits every entry below `dir` without following symlinks; `visit`
-/// returns whether to descend into a directory.
+/// Visits every entry below `dir` in name order without following
+/// symlinks; `visit` returns whether to descend into a directory.
 fn walk(dir: &Dir, rel: &str, visit: &mut dyn FnMut(&Dir, &str, &str, SFlag) -> Result<bool>) -> Result<()> {
-    let mut names: Vec<String> = dir.entries_utf8()?;
-    names.sort();
-    for name in names {
-        let Some(st) = dir.lstat(&name)? else { continue };
-        let path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-        let k = kind(&st);
-        if visit(dir, &name, &path, k)? && k == SFlag::S_IFDIR {
-            walk(&dir.sub(&name)?, &path, visit)?;
-        }
-    }
-    Ok(())
+    Walk::new().run(dir, |e| {
+        let name = utf8_name(e)?;
+        let Some(st) = &e.stat else { return Ok(Visit::Skip) };
+        let below = e.rel.to_str().unwrap_or(name);
+        let path = if rel.is_empty() { below.to_string() } else { format!("{rel}/{below}") };
+        Ok(if visit(e.dir, name, &path, kind(st))? { Visit::Descend } else { Visit::Skip })
+    })
+}
+
+/// The entry's name; an error naming it when it is not UTF-8 (runws never
+/// makes such a name in a lane, and a lane's walks refuse one).
+pub(super) fn utf8_name<'a>(e: &Entry<'a>) -> Result<&'a str> {
+    e.name.to_str().ok_or_else(|| {
+        Error::Other(format!(
+            "`{}` holds a name that is not UTF-8: `{}`",
+            crate::shown::path(e.dir.path()),
+            crate::shown::os(e.name)
+        ))
+    })
 }
 
 fn is_env_name(name: &str) -> bool {

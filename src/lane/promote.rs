@@ -30,6 +30,7 @@ use nix::sys::stat::SFlag;
 use super::card::{Card, Promotion, Reset, State};
 use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, now};
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::walk::{Visit, Walk};
 use crate::fsx::{Dir, kind};
 use crate::manifest;
 use crate::procinfo;
@@ -143,42 +144,48 @@ pub fn promote(root: &Root, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
 
 /// Copies `src` into `dst`, replacing files and links, skipping `.git`.
 fn copy_tree(src: &Dir, dst: &Dir, files: &mut u64) -> Result<()> {
-    let mut names: Vec<String> = src.entries_utf8()?;
-    names.sort();
-    for name in names.into_iter().filter(|n| n != ".git") {
-        let Some(st) = src.lstat(&name)? else { continue };
+    // The copies of the directories the walk is in, below `dst`: the last
+    // holds the entries being copied.
+    let mut made: Vec<Dir> = Vec::new();
+    Walk::new().run(src, |e| {
+        let name = super::kit::utf8_name(e)?;
+        made.truncate(e.depth - 1);
+        let to = made.last().unwrap_or(dst);
+        let Some(st) = e.stat.filter(|_| name != ".git") else { return Ok(Visit::Skip) };
         let mode = st.st_mode & 0o777;
         match kind(&st) {
             SFlag::S_IFDIR => {
-                dst.mkdir_if_missing(&name, mode | 0o700)?;
-                copy_tree(&src.sub(&name)?, &dst.sub(&name)?, files)?;
+                to.mkdir_if_missing(name, mode | 0o700)?;
+                let sub = to.sub(name)?;
+                made.push(sub);
+                return Ok(Visit::Descend);
             }
             SFlag::S_IFREG => {
-                let Some(mut from) = src.open_read(&name)? else { continue };
-                dst.write_atomic_with(&name, mode, false, |to| {
+                let Some(mut from) = e.dir.open_read(name)? else { return Ok(Visit::Skip) };
+                to.write_atomic_with(name, mode, false, |to| {
                     io::copy(&mut from, to)?;
                     to.set_permissions(std::fs::Permissions::from_mode(mode))
                 })?;
                 *files += 1;
             }
             SFlag::S_IFLNK => {
-                let target = nix::fcntl::readlinkat(src.borrow(), name.as_str())
-                    .ctx("cannot read link", src.join(&name))?;
-                if dst.lstat(&name)?.is_some_and(|st| kind(&st) == SFlag::S_IFDIR) {
+                let target =
+                    nix::fcntl::readlinkat(e.dir.borrow(), name).ctx("cannot read link", e.path())?;
+                if to.lstat(name)?.is_some_and(|st| kind(&st) == SFlag::S_IFDIR) {
                     return Err(Error::Other(format!(
                         "cannot put a link over the directory `{}`",
-                        dst.join(&name).display()
+                        to.join(name).display()
                     )));
                 }
-                dst.unlink(&name)?;
-                dst.symlink(Path::new(&target), &name)?;
+                to.unlink(name)?;
+                to.symlink(Path::new(&target), name)?;
                 *files += 1;
             }
             // A restore never makes anything else.
-            _ => return Err(Error::SpecialFile { path: src.join(&name) }),
+            _ => return Err(Error::SpecialFile { path: e.path() }),
         }
-    }
-    Ok(())
+        Ok(Visit::Skip)
+    })
 }
 
 /// Ends the lane: its recorded process groups, then the lane directory.

@@ -207,9 +207,8 @@ fn write_archive(
         entries: 0,
         excluded: Vec::new(),
     };
-    for name in &opts.include {
-        packer.visit(root.borrow(), OsStr::new(name), &mut Vec::new())?;
-    }
+    let names: Vec<&OsStr> = opts.include.iter().map(OsStr::new).collect();
+    packer.pack(&names)?;
     let Packer { tar, files, bytes, excluded, .. } = packer;
     let written = tar
         .into_inner()

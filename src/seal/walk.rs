@@ -1,12 +1,12 @@
 //! The walk of a pack: every entry of the run reached relative to an open
-//! directory without following a symlink, checked against the budgets, the
-//! never-packed list and the symlink rule, and appended to the tar stream
-//! with each file's bytes read exactly once.
+//! directory without following a symlink ([`crate::fsx::walk`]), checked
+//! against the budgets, the never-packed list and the symlink rule, and
+//! appended to the tar stream with each file's bytes read exactly once.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -19,6 +19,7 @@ use super::compress::{Compressor, Format};
 use super::exclude::is_never_packed_name;
 use super::links;
 use crate::error::{Error, IoContext, Result};
+use crate::fsx::walk::{Entry, Failure, Kind, Visit, Visitor, Walk};
 use crate::fsx::{self, Dir};
 use crate::shown;
 
@@ -75,74 +76,84 @@ pub(super) struct Packer<'a> {
 }
 
 impl Packer<'_> {
-    /// Packs the entry `name` of the directory `dir`, which sits at `rel`
-    /// (components below the run directory).
-    pub fn visit(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &mut Vec<Vec<u8>>) -> Result<()> {
-        rel.push(name.as_bytes().to_vec());
-        let result = self.visit_at(dir, name, rel);
-        rel.pop();
-        result
+    /// Packs the top-level `names` of the run directory, in this order, and
+    /// everything below them.
+    pub fn pack(&mut self, names: &[&OsStr]) -> Result<()> {
+        let root = self.root;
+        Walk::new().max_depth(MAX_DEPTH as usize).run_names(root, names, self)
     }
+}
 
-    fn visit_at(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &mut Vec<Vec<u8>>) -> Result<()> {
-        let rel_bytes = links::join(rel);
-        let rel_path = Path::new(OsStr::from_bytes(&rel_bytes));
+impl Visitor for Packer<'_> {
+    type Error = Error;
+
+    fn entry(&mut self, entry: &Entry<'_>) -> Result<Visit> {
+        let rel_path = entry.rel;
         let root = self.root;
         let shown = || root.join(rel_path);
         if self.opts.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(Error::PackDeadline { path: shown() });
         }
-        let parent = rel.len().checked_sub(2).map(|i| String::from_utf8_lossy(&rel[i]));
-        if is_never_packed_name(parent.as_deref(), &name.to_string_lossy()) {
-            self.excluded.push(shown::bytes(&rel_bytes));
-            return Ok(());
+        let parent = rel_path.parent().and_then(Path::file_name).map(OsStr::to_string_lossy);
+        if is_never_packed_name(parent.as_deref(), &entry.name.to_string_lossy()) {
+            self.excluded.push(shown::os(rel_path.as_os_str()));
+            return Ok(Visit::Skip);
         }
-        let st = match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
+        let st = match (entry.kind(), entry.stat) {
             // An include that is absent is simply not packed.
-            Err(Errno::ENOENT) if rel.len() == 1 => return Ok(()),
-            Err(Errno::ENOENT) => return Err(Error::PackChanged { path: shown() }),
-            Err(e) => return Err(Error::io("cannot stat", shown(), e.into())),
+            (Kind::Gone, _) if entry.depth == 1 => return Ok(Visit::Skip),
+            (Kind::Gone, _) | (_, None) => return Err(Error::PackChanged { path: shown() }),
+            (Kind::Special, _) => return Err(Error::SpecialFile { path: shown() }),
+            (_, Some(st)) => st,
         };
         let kind = fsx::kind(&st);
-        if kind != SFlag::S_IFREG && kind != SFlag::S_IFDIR && kind != SFlag::S_IFLNK {
-            return Err(Error::SpecialFile { path: shown() });
-        }
         self.entries += 1;
         if self.entries > self.opts.max_files {
             return Err(Error::PackBudget { path: shown(), what: "entries", limit: self.opts.max_files });
         }
         let mut header = header_for(&st, kind);
+        let dir = entry.dir.borrow();
         if kind == SFlag::S_IFLNK {
-            let target = readlinkat(dir, name).ctx("cannot read symlink", shown())?;
+            let target = readlinkat(dir, entry.name).ctx("cannot read symlink", shown())?;
             let root_fd = root.borrow();
-            let inside = links::stays_inside(&rel[..rel.len() - 1], target.as_bytes(), |p| {
+            let parent_bytes = rel_path.parent().map_or(&[][..], |p| p.as_os_str().as_bytes());
+            let parent: Vec<Vec<u8>> = links::components(parent_bytes).map(<[u8]>::to_vec).collect();
+            let inside = links::stays_inside(&parent, target.as_bytes(), |p| {
                 read_link_below(root_fd, &links::join(p))
             });
             if !inside {
                 return Err(Error::LinkEscapes { path: shown(), target: shown::os(&target) });
             }
-            return self.tar.append_link(&mut header, rel_path, &target).ctx("cannot write", self.tmp_path);
+            self.tar.append_link(&mut header, rel_path, &target).ctx("cannot write", self.tmp_path)?;
+            return Ok(Visit::Skip);
         }
         if kind == SFlag::S_IFDIR {
-            if rel.len() as u64 > MAX_DEPTH {
+            if entry.depth as u64 > MAX_DEPTH {
                 return Err(Error::PackBudget { path: shown(), what: "directory levels", limit: MAX_DEPTH });
             }
-            let sub = open_below(dir, name, OFlag::O_DIRECTORY).map_err(|e| changed_or_io(e, shown()))?;
             // A trailing slash marks a directory entry, as GNU tar writes it.
-            let mut dir_entry = rel_bytes.clone();
+            let mut dir_entry = rel_path.as_os_str().as_bytes().to_vec();
             dir_entry.push(b'/');
             self.tar
                 .append_data(&mut header, OsStr::from_bytes(&dir_entry), io::empty())
                 .ctx("cannot write", self.tmp_path)?;
-            for child in list(sub.as_fd(), &shown())? {
-                self.visit(sub.as_fd(), &child, rel)?;
-            }
-            return Ok(());
+            return Ok(Visit::Descend);
         }
-        self.pack_file(dir, name, &mut header, rel_path)
+        self.pack_file(dir, entry.name, &mut header, rel_path)?;
+        Ok(Visit::Skip)
     }
 
+    /// A directory that is no longer the one seen (replaced, or gone) means
+    /// the run changed under the seal.
+    fn failed(&mut self, failure: Failure) -> Result<()> {
+        Err(match failure {
+            Failure::Open { path, errno } => changed_or_io(errno, path),
+            other => other.into_error(),
+        })
+    }
+}
+
+impl Packer<'_> {
     fn pack_file(
         &mut self,
         dir: BorrowedFd<'_>,
@@ -291,19 +302,4 @@ fn read_link_below(root: BorrowedFd<'_>, rel: &[u8]) -> Option<Vec<u8>> {
     }
     // A link that cannot be read is treated as leading nowhere safe.
     Some(readlinkat(root, rel).map_or_else(|_| b"/".to_vec(), |t| t.as_bytes().to_vec()))
-}
-
-/// The names in the open directory `fd`, byte-sorted. Listing through
-/// `/proc/self/fd` reads the directory already open, not whatever is at its
-/// path now; without `/proc` the path is listed, and every entry is still
-/// opened relative to `fd`.
-fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>> {
-    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-    let entries = std::fs::read_dir(&by_fd).or_else(|_| std::fs::read_dir(path)).ctx("cannot list", path)?;
-    let mut names = Vec::new();
-    for entry in entries {
-        names.push(entry.ctx("cannot list", path)?.file_name());
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    Ok(names)
 }

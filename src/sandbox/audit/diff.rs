@@ -10,7 +10,7 @@
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use nix::fcntl::{AtFlags, OFlag};
@@ -18,6 +18,9 @@ use nix::libc;
 use nix::sys::stat::{FileStat, Mode, fstatat};
 
 use super::Change;
+use crate::error::Result;
+use crate::fsx::Dir;
+use crate::fsx::walk::{Entry, Order, Visit, Walk};
 
 fn kind_of_mode(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
@@ -81,21 +84,16 @@ fn open_lower(lower: &OwnedFd, rel: &Path) -> io::Result<std::fs::File> {
 }
 
 /// What differs between an upper entry and the lower one it replaced.
-fn differences(
-    up: &std::fs::Metadata,
-    upper_path: &Path,
-    low: &FileStat,
-    lower: &OwnedFd,
-    rel: &Path,
-) -> Vec<String> {
+fn differences(up: &FileStat, upper_path: &Path, low: &FileStat, lower: &OwnedFd, rel: &Path) -> Vec<String> {
     let mut what = Vec::new();
-    if up.mode() & libc::S_IFMT != low.st_mode & libc::S_IFMT {
+    if up.st_mode & libc::S_IFMT != low.st_mode & libc::S_IFMT {
         what.push("type".to_string());
         return what;
     }
-    let content = if up.file_type().is_file() {
-        up.len() as i64 != low.st_size || !same_files(std::fs::File::open(upper_path), open_lower(lower, rel))
-    } else if up.file_type().is_symlink() {
+    let up_kind = up.st_mode & libc::S_IFMT;
+    let content = if up_kind == libc::S_IFREG {
+        up.st_size != low.st_size || !same_files(std::fs::File::open(upper_path), open_lower(lower, rel))
+    } else if up_kind == libc::S_IFLNK {
         let target = nix::fcntl::readlinkat(lower.as_fd(), rel).ok();
         std::fs::read_link(upper_path).ok().map(|t| t.into_os_string()) != target
     } else {
@@ -104,54 +102,49 @@ fn differences(
     if content {
         what.push("content".into());
     }
-    if up.mode() & 0o7777 != low.st_mode & 0o7777 && !up.file_type().is_symlink() {
+    if up.st_mode & 0o7777 != low.st_mode & 0o7777 && up_kind != libc::S_IFLNK {
         what.push("mode".into());
     }
-    if up.uid() != low.st_uid || up.gid() != low.st_gid {
+    if up.st_uid != low.st_uid || up.st_gid != low.st_gid {
         what.push("owner".into());
     }
     what
 }
 
 /// Adds the changes recorded in `upper` (a layer over `mount_point`, whose
-/// real contents are reachable through `lower`) to `out`.
-pub fn walk(upper: &Path, lower: &OwnedFd, mount_point: &Path, out: &mut Vec<Change>) -> io::Result<()> {
-    walk_dir(upper, Path::new(""), lower, mount_point, out)
-}
-
-fn walk_dir(upper: &Path, rel: &Path, lower: &OwnedFd, mp: &Path, out: &mut Vec<Change>) -> io::Result<()> {
-    let mut names: Vec<_> =
-        std::fs::read_dir(upper.join(rel))?.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-    names.sort();
-    for name in names {
-        let r = rel.join(&name);
-        let upper_path = upper.join(&r);
-        let up = std::fs::symlink_metadata(&upper_path)?;
-        let low = lower_stat(lower, &r);
-        let path = mp.join(&r).display().to_string();
+/// real contents are reachable through `lower`) to `out`, in name order.
+pub fn walk(upper: &Path, lower: &OwnedFd, mount_point: &Path, out: &mut Vec<Change>) -> Result<()> {
+    let top = Dir::open(upper)?;
+    Walk::new().run(&top, |e| {
+        let Some(up) = e.stat else { return Ok(Visit::Skip) };
+        let r = e.rel;
+        let upper_path = e.path();
+        let low = lower_stat(lower, r);
+        let path = mp_join(mount_point, r);
         let change = |change: &str, kind: &str, what: Vec<String>| Change {
             path: path.clone(),
             change: change.into(),
             kind: kind.into(),
             what,
         };
-        if up.file_type().is_char_device() && up.rdev() == 0 {
+        let up_kind = up.st_mode & libc::S_IFMT;
+        if up_kind == libc::S_IFCHR && up.st_rdev == 0 {
             let kind = low.map(|l| kind_of_mode(l.st_mode)).unwrap_or("file");
             out.push(change("deleted", kind, Vec::new()));
-            continue;
+            return Ok(Visit::Skip);
         }
-        let kind = kind_of_mode(up.mode());
+        let kind = kind_of_mode(up.st_mode);
         match low {
             None => out.push(change("created", kind, Vec::new())),
-            Some(l) if up.is_dir() && l.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+            Some(l) if up_kind == libc::S_IFDIR && l.st_mode & libc::S_IFMT == libc::S_IFDIR => {
                 let mut what = Vec::new();
                 if opaque(&upper_path) {
                     what.push("replaced".to_string());
                 }
-                if up.mode() & 0o7777 != l.st_mode & 0o7777 {
+                if up.st_mode & 0o7777 != l.st_mode & 0o7777 {
                     what.push("mode".into());
                 }
-                if up.uid() != l.st_uid || up.gid() != l.st_gid {
+                if up.st_uid != l.st_uid || up.st_gid != l.st_gid {
                     what.push("owner".into());
                 }
                 // A directory copied up only because something inside it
@@ -161,18 +154,19 @@ fn walk_dir(upper: &Path, rel: &Path, lower: &OwnedFd, mp: &Path, out: &mut Vec<
                 }
             }
             Some(l) => {
-                let mut what = differences(&up, &upper_path, &l, lower, &r);
+                let mut what = differences(&up, &upper_path, &l, lower, r);
                 if what.is_empty() {
                     what.push("times".into());
                 }
                 out.push(change("changed", kind, what));
             }
         }
-        if up.is_dir() {
-            walk_dir(upper, &r, lower, mp, out)?;
-        }
-    }
-    Ok(())
+        Ok(Visit::Descend)
+    })
+}
+
+fn mp_join(mount_point: &Path, rel: &Path) -> String {
+    mount_point.join(rel).display().to_string()
 }
 
 /// A single-file mount's private copy against the original.
@@ -191,7 +185,8 @@ pub fn compare_file(copy: &Path, original: &Path) -> Option<Change> {
 /// created (with all it holds); the reverse was deleted.
 pub fn compare_skeleton(target: &Path, real: &Path, out: &mut Vec<Change>) {
     let names = |d: &Path| -> Vec<std::ffi::OsString> {
-        std::fs::read_dir(d).map(|r| r.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+        let listed = Dir::open(d).and_then(|d| d.entries_raw()).unwrap_or_default();
+        listed.into_iter().map(|(name, _)| name).collect()
     };
     let (made, had) = (names(target), names(real));
     for n in &made {
@@ -210,18 +205,26 @@ pub fn compare_skeleton(target: &Path, real: &Path, out: &mut Vec<Change>) {
     }
 }
 
+/// Reports `staged` (an entry the command made in a skeleton, shown as
+/// `shown`) and everything below it as created.
 fn created_tree(staged: &Path, shown: &Path, out: &mut Vec<Change>) {
-    let Ok(meta) = std::fs::symlink_metadata(staged) else { return };
-    let kind = kind_of_mode(meta.mode());
-    out.push(Change {
-        path: shown.display().to_string(),
+    let created = |path: &Path, mode: u32| Change {
+        path: path.display().to_string(),
         change: "created".into(),
-        kind: kind.into(),
+        kind: kind_of_mode(mode).into(),
         what: Vec::new(),
-    });
-    if meta.is_dir() {
-        for e in std::fs::read_dir(staged).into_iter().flatten().flatten() {
-            created_tree(&e.path(), &shown.join(e.file_name()), out);
-        }
+    };
+    let Ok(meta) = std::fs::symlink_metadata(staged) else { return };
+    out.push(created(shown, meta.mode()));
+    if !meta.is_dir() {
+        return;
     }
+    let Ok(dir) = Dir::open(staged) else { return };
+    // What cannot be read is left out, as it always was.
+    let visit = |e: &Entry<'_>| {
+        let Some(st) = &e.stat else { return Ok(Visit::Skip) };
+        out.push(created(&shown.join(e.rel), st.st_mode));
+        Ok(Visit::Descend)
+    };
+    let _: Result<()> = Walk::new().order(Order::AsListed).run_or(&dir, visit, |_| Ok(()));
 }

@@ -42,6 +42,7 @@ use super::kernel::Real;
 use super::mounts::{self, set_read_only};
 use super::refused::Refused;
 use crate::fsx::Dir;
+use crate::fsx::walk::{Entry, Failure, Kind, Order, Visit, Visitor, Walk};
 
 const P: &str = "copy-on-write layer";
 
@@ -238,6 +239,15 @@ impl Staged {
             Ok(()) => return Ok(()),
             Err(why) => why,
         };
+        self.skeleton(src, target, why)?;
+        let dir = Dir::open(src).map_err(|e| Refused::new(P, cannot_list_error(e)))?;
+        let mut walk = Skeleton { staged: self, src, target, failed: None };
+        Walk::new().order(Order::AsListed).run_with(&dir, &mut walk)
+    }
+
+    /// Makes `target` the skeleton of `src`, which `why` says cannot be
+    /// layered as a whole: only worth it when a mount point lies below.
+    fn skeleton(&mut self, src: &Path, target: &Path, why: Refused) -> Result<(), Refused> {
         if !self.points.iter().any(|p| p != src && p.starts_with(src)) {
             return Err(why);
         }
@@ -249,33 +259,6 @@ impl Staged {
         }
         mounts::tmpfs(&Real, target, mode)?;
         self.skeletons.push((target.to_path_buf(), src.to_path_buf()));
-        let entries = std::fs::read_dir(src)
-            .map_err(|e| Refused::new(P, format!("cannot list `{}`: {e}", src.display())))?;
-        for entry in entries.flatten() {
-            let (s, t) = (src.join(entry.file_name()), target.join(entry.file_name()));
-            let Ok(meta) = std::fs::symlink_metadata(&s) else { continue };
-            let made = if meta.is_dir() {
-                std::fs::create_dir(&t)
-                    .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))?;
-                let special = ["/proc", "/sys", "/dev"].iter().any(|x| s == Path::new(x));
-                if special || self.points.contains(&s) {
-                    continue;
-                }
-                self.layer_dir(&s, &t)
-            } else if meta.file_type().is_symlink() {
-                std::fs::read_link(&s)
-                    .and_then(|l| std::os::unix::fs::symlink(l, &t))
-                    .map_err(|e| Refused::new(P, format!("cannot copy the symlink `{}`: {e}", s.display())))
-            } else {
-                std::fs::File::create(&t)
-                    .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))
-                    .and_then(|_| bind(&s, &t, false))
-                    .and_then(|()| set_read_only(&Real, &t, true, false))
-            };
-            if let Err(why) = made {
-                self.not_audited.push(NotAudited { path: s.display().to_string(), why: why.why });
-            }
-        }
         Ok(())
     }
 
@@ -343,6 +326,121 @@ impl Staged {
         let report = Report { changes, not_audited: self.not_audited };
         let bytes = serde_json::to_vec_pretty(&report).map_err(|e| e.to_string())?;
         self.logs.write_atomic("audit.json", &bytes, 0o644, true).map_err(|e| e.to_string())
+    }
+}
+
+/// The walk that fills a skeleton (see `Staged::layer_dir`): each
+/// subdirectory is layered on its own (or made a skeleton in turn and
+/// entered), each file bound read-only, each symlink copied. What fails for
+/// one entry is listed as not audited; what fails for a whole directory
+/// below the top lists that directory and passes over the rest of it; at
+/// the top it is the walk's error.
+struct Skeleton<'a> {
+    staged: &'a mut Staged,
+    src: &'a Path,
+    target: &'a Path,
+    /// A directory (below `src`) given up on: the rest of it is passed over.
+    failed: Option<PathBuf>,
+}
+
+impl Skeleton<'_> {
+    fn not_audited(&mut self, path: &Path, why: String) {
+        self.staged.not_audited.push(NotAudited { path: path.display().to_string(), why });
+    }
+
+    /// The directory holding `rel` cannot be finished: below the top it is
+    /// not audited and the rest of it is passed over.
+    fn give_up(&mut self, rel: &Path, why: Refused) -> Result<Visit, Refused> {
+        match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => {
+                self.not_audited(&self.src.join(parent), why.why);
+                self.failed = Some(parent.to_path_buf());
+                Ok(Visit::Skip)
+            }
+            None => Err(why),
+        }
+    }
+}
+
+impl Visitor for Skeleton<'_> {
+    type Error = Refused;
+
+    fn entry(&mut self, e: &Entry<'_>) -> Result<Visit, Refused> {
+        if let Some(failed) = &self.failed {
+            if e.rel.starts_with(failed) {
+                return Ok(Visit::Skip);
+            }
+            self.failed = None;
+        }
+        let (s, t) = (e.path(), self.target.join(e.rel));
+        let made = match e.kind() {
+            Kind::Gone => return Ok(Visit::Skip),
+            Kind::Dir => {
+                if let Err(err) = std::fs::create_dir(&t) {
+                    return self
+                        .give_up(e.rel, Refused::new(P, format!("cannot create `{}`: {err}", t.display())));
+                }
+                let special = ["/proc", "/sys", "/dev"].iter().any(|x| s == Path::new(x));
+                if special || self.staged.points.contains(&s) {
+                    return Ok(Visit::Skip);
+                }
+                match self.staged.overlay(&s, &t) {
+                    Ok(()) => return Ok(Visit::Skip),
+                    Err(why) => match self.staged.skeleton(&s, &t, why) {
+                        Ok(()) => return Ok(Visit::Descend),
+                        Err(why) => Err(why),
+                    },
+                }
+            }
+            Kind::Symlink => std::fs::read_link(&s)
+                .and_then(|l| std::os::unix::fs::symlink(l, &t))
+                .map_err(|e| Refused::new(P, format!("cannot copy the symlink `{}`: {e}", s.display()))),
+            Kind::File | Kind::Special => std::fs::File::create(&t)
+                .map_err(|e| Refused::new(P, format!("cannot create `{}`: {e}", t.display())))
+                .and_then(|_| bind(&s, &t, false))
+                .and_then(|()| set_read_only(&Real, &t, true, false)),
+        };
+        if let Err(why) = made {
+            self.not_audited(&s, why.why);
+        }
+        Ok(Visit::Skip)
+    }
+
+    fn failed(&mut self, failure: Failure) -> Result<(), Refused> {
+        let why = match failure {
+            // Gone, or unreadable: left out, as `ls` would.
+            Failure::Stat { .. } => return Ok(()),
+            Failure::List { path, error } => (path, cannot_list_error(error)),
+            Failure::Open { path, errno } => {
+                let why = cannot_list(&path, std::io::Error::from(errno));
+                (path, why)
+            }
+            other => (other.path().to_path_buf(), other.into_error().to_string()),
+        };
+        let (path, why) = why;
+        if path == self.src {
+            return Err(Refused::new(P, why));
+        }
+        self.not_audited(&path, why);
+        Ok(())
+    }
+}
+
+fn cannot_list(path: &Path, e: impl std::fmt::Display) -> String {
+    format!("cannot list `{}`: {e}", path.display())
+}
+
+/// The message of a listing that failed, as the skeleton reports it.
+fn cannot_list_error(error: crate::error::Error) -> String {
+    match error {
+        crate::error::Error::Io { path, source, .. } => cannot_list(&path, source),
+        other => other.to_string(),
+    }
+}
+
+impl From<crate::error::Error> for Refused {
+    fn from(e: crate::error::Error) -> Refused {
+        Refused::new(P, e.to_string())
     }
 }
 

@@ -4,27 +4,28 @@
 //! nothing inside it: below the paths it is given it never follows a
 //! symlink (a link to `~/.ssh` is not the run's to scan, and the archive
 //! records links as links anyway) and reads only regular files. The walk
-//! lists each directory through its open descriptor and looks at every
-//! entry relative to it without following links; the scan then opens each
+//! ([`crate::fsx::walk`]) lists each directory through its open descriptor
+//! and looks at every entry relative to it without following links; the
+//! scan then opens each
 //! file it found with `O_NOFOLLOW` and checks it is the very inode the walk
 //! saw, so a directory swapped for a symlink in between is caught rather
 //! than followed. Files are scanned on as many threads as there are cores;
 //! the result is sorted, so it does not depend on scheduling.
 
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat};
 
 use super::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::kind;
+use crate::fsx::walk::{self, Entry, Failure, Named, Visit, Visitor, Walk};
 
 /// Bytes read from a file per `feed`.
 const READ_CHUNK: usize = 256 * 1024;
@@ -164,60 +165,42 @@ fn scan_job(scanner: &Scanner, allowance: &Allowance, job: &Job, buf: &mut [u8])
 /// Adds `root` (a regular file, or every regular file below a directory) to
 /// `jobs`, in name order.
 fn walk_root(root: &Path, jobs: &mut Vec<Job>) -> Result<()> {
-    let fd = nix::fcntl::open(root, OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK, Mode::empty())
-        .ctx("cannot open", root)?;
-    let st = fstat(fd.as_fd()).ctx("cannot stat", root)?;
-    match kind(&st) {
-        SFlag::S_IFDIR => walk_dir(&fd, root, jobs),
-        SFlag::S_IFREG => {
+    match walk::open_named(root)? {
+        Named::Dir(dir) => Walk::new().run_with(&dir, &mut Jobs(jobs)),
+        Named::Other(st) if kind(&st) == SFlag::S_IFREG => {
             jobs.push(Job::new(root.to_path_buf(), &st, true));
             Ok(())
         }
-        _ => Err(Error::SpecialFile { path: root.to_path_buf() }),
+        Named::Other(_) => Err(Error::SpecialFile { path: root.to_path_buf() }),
     }
 }
 
-fn walk_dir(dir: &OwnedFd, path: &Path, jobs: &mut Vec<Job>) -> Result<()> {
-    for name in list(dir, path)? {
-        let child = path.join(&name);
-        let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            // Gone since the listing.
-            Err(Errno::ENOENT) => continue,
-            Err(e) => return Err(Error::io("cannot stat", &child, e.into())),
-        };
-        match kind(&st) {
-            SFlag::S_IFDIR => {
-                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                match openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
-                    Ok(sub) => walk_dir(&sub, &child, jobs)?,
-                    Err(Errno::ENOENT) => {}
-                    // Swapped for a symlink since the `stat`.
-                    Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(Error::Symlink { path: child }),
-                    Err(e) => return Err(Error::io("cannot open directory", &child, e.into())),
-                }
-            }
-            SFlag::S_IFREG => jobs.push(Job::new(child, &st, false)),
-            // A symlink, a socket, a fifo, a device: not file contents.
+/// Collects the regular files of a walk as jobs.
+struct Jobs<'a>(&'a mut Vec<Job>);
+
+impl Visitor for Jobs<'_> {
+    type Error = Error;
+
+    fn entry(&mut self, entry: &Entry<'_>) -> Result<Visit> {
+        match (entry.kind(), &entry.stat) {
+            (walk::Kind::Dir, _) => return Ok(Visit::Descend),
+            (walk::Kind::File, Some(st)) => self.0.push(Job::new(entry.path(), st, false)),
+            // A symlink, a socket, a fifo, a device: not file contents;
+            // or gone since the listing.
             _ => {}
         }
+        Ok(Visit::Skip)
     }
-    Ok(())
-}
 
-/// The names in the directory open as `dir`, sorted, without `.` and `..`.
-fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<OsString>> {
-    // std lists a directory only by path; naming it through the descriptor
-    // we hold keeps the listing on the directory the walk opened even if
-    // `path` is swapped for a symlink meanwhile.
-    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
-    let source = if by_fd.exists() { by_fd } else { path.to_path_buf() };
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(&source).ctx("cannot list", path)? {
-        names.push(entry.ctx("cannot list", path)?.file_name());
+    fn failed(&mut self, failure: Failure) -> Result<()> {
+        match failure {
+            // Gone since the `stat`.
+            Failure::Open { errno: Errno::ENOENT, .. } => Ok(()),
+            // Swapped for a symlink since the `stat`.
+            Failure::Open { path, errno: Errno::ELOOP | Errno::ENOTDIR } => Err(Error::Symlink { path }),
+            other => Err(other.into_error()),
+        }
     }
-    names.sort();
-    Ok(names)
 }
 
 /// Turns an opened regular file back to blocking reads (`O_NONBLOCK` only
