@@ -75,3 +75,72 @@ fn root_layout_is_named_only_in_workspace() {
     }
     assert!(found.is_empty(), "ROOT's layout spelled outside workspace.rs:\n{}", found.join("\n"));
 }
+
+/// The modules of the crate (each top-level file or directory of `src/`)
+/// import one another without a circle: no module uses one that uses it
+/// back, directly or through others. Read from the `crate::` paths of the
+/// code outside comments and unit tests.
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
+        if matches!(top.as_str(), "lib" | "main") || rel.components().any(|c| c.as_os_str() == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for line in code.lines().map(|l| l.split("//").next().unwrap()) {
+            for (at, _) in line.match_indices("crate::") {
+                let name: String =
+                    line[at + 7..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                if !name.is_empty() && name != top {
+                    uses.entry(top.clone()).or_default().insert(name);
+                }
+            }
+        }
+    }
+    // A depth-first search; a module met again on the current path closes a circle.
+    fn visit(
+        m: &str,
+        uses: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            let mut circle = path[at..].to_vec();
+            circle.push(m.to_string());
+            return Some(circle);
+        }
+        if !done.insert(m.to_string()) {
+            return None;
+        }
+        path.push(m.to_string());
+        for next in uses.get(m).into_iter().flatten() {
+            if let Some(c) = visit(next, uses, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for m in uses.keys() {
+        if let Some(circle) = visit(m, &uses, &mut Vec::new(), &mut done) {
+            panic!("modules import each other in a circle: {}", circle.join(" -> "));
+        }
+    }
+    assert!(uses.len() > 20, "read too few modules: {uses:?}");
+}
