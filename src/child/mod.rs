@@ -356,15 +356,25 @@ impl Ended<'_> {
     }
 }
 
+/// How a watch ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Watched {
+    pub outcome: Outcome,
+    /// The first signal runws itself received and passed on to the
+    /// command's group (^C at the terminal, a `kill` of runws), if any.
+    pub interrupted: Option<i32>,
+}
+
 /// Waits for the child, forwarding signals to its group, enforcing the
 /// timeout and calling the renewal on schedule.
-pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
+pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Watched> {
     let start = Instant::now();
     let once_at = w.once_after.as_ref().map(|(d, _)| start + *d);
     let mut next_renew = start + w.renew_every;
     let term_at = w.timeout.map(|t| start + t);
     let mut kill_at: Option<Instant> = None;
     let mut timed_out = false;
+    let mut interrupted = None;
     loop {
         // Any child: runws is the command's subreaper, so its orphans
         // become runws's children and must be reaped as they end; but not
@@ -375,7 +385,9 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
         let reaped = crate::sys::proc::wait_raw(which.map(Pid::as_raw), false);
         drop(own);
         match reaped {
-            Ok(Some((p, raw))) if p == pid.as_raw() => return Ok(Outcome::from_wait_status(raw, timed_out)),
+            Ok(Some((p, raw))) if p == pid.as_raw() => {
+                return Ok(Watched { outcome: Outcome::from_wait_status(raw, timed_out), interrupted });
+            }
             Ok(None) => {}
             // An adopted orphan, now reaped: look for more.
             Ok(Some(_)) => continue,
@@ -432,7 +444,7 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
             // Readable: the status, or end of file from a child that died
             // before writing it (then its exit is waited for as usual).
             if let Some(raw) = e.take() {
-                return Ok(Outcome::from_wait_status(raw, timed_out));
+                return Ok(Watched { outcome: Outcome::from_wait_status(raw, timed_out), interrupted });
             }
         }
         while let Ok(Some(info)) = w.signals.read_signal() {
@@ -440,6 +452,7 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Outcome> {
             if let Ok(sig) = Signal::try_from(signo)
                 && FORWARDED.contains(&sig)
             {
+                interrupted.get_or_insert(signo);
                 signal_group(pid, sig);
             }
         }

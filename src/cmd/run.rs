@@ -61,7 +61,8 @@ fn run_with(
 ) -> anyhow::Result<u8> {
     let seal = args.seal.then(|| super::seal::options(&args.seal_opts));
     let finished = run::run(request(args, root, store, isolation))?;
-    let Some(opts) = seal else { return Ok(finished.code) };
+    // A command that never ran left nothing to seal.
+    let Some(opts) = seal.filter(|_| finished.started) else { return Ok(finished.code) };
     // The command's own failure is the one a caller must see first; the
     // seal's outcome is on stderr and in the manifest either way.
     let sealed = super::seal::seal_run(&finished.run, &opts)?;

@@ -24,6 +24,7 @@ use super::card::{Card, Review, State};
 use super::{Lane, Step, allowed, git_clean, git_out, now};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, kind};
+use crate::run::Finished;
 use crate::seal::scan;
 use crate::workspace::Root;
 
@@ -97,6 +98,15 @@ pub fn review(root: &Root, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
     req.cwd = Some(work.clone());
     req.stdin = crate::run::Stdin::Null;
     let code = match crate::run::run(req) {
+        // Interrupted (^C, a `kill` of the review): the eval had the signal
+        // too, and its end says nothing of the kit. The review ends by the
+        // same signal, recording nothing, as it would have without a run.
+        Ok(Finished { interrupted: Some(signo), .. }) => {
+            if let Ok(sig) = nix::sys::signal::Signal::try_from(signo) {
+                let _ = nix::sys::signal::raise(sig);
+            }
+            return Err(Error::LaneRefused(format!("the review of `{}` was interrupted", kit.display())));
+        }
         Ok(finished) => i32::from(finished.code),
         // As `runws run` reports a run that failed before its command ran.
         Err(e) => {

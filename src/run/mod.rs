@@ -31,14 +31,21 @@ pub use lease::RunLease;
 pub use request::{Request, Stdin};
 
 use crate::workspace::RunDir;
-use start::Begun;
+use start::{Begun, Ended};
 
-/// A run that has ended: its directory, and the exit status runws reports
-/// for it (the command's, 124 for a timeout, 125-127 when it never ran).
+/// A run that has ended, its end recorded.
 #[derive(Debug)]
 pub struct Finished {
     pub run: RunDir,
+    /// The exit status runws reports for it: the command's, 124 for a
+    /// timeout, 125-127 when it never ran.
     pub code: u8,
+    /// False when the command never ran (a refused sandbox, a program that
+    /// could not be executed): nothing of it to seal.
+    pub started: bool,
+    /// The first signal this process received while the command ran, and
+    /// passed on to it (^C, a `kill` of runws).
+    pub interrupted: Option<i32>,
 }
 
 /// Runs `req`: creates the run, builds its world, starts the command,
@@ -57,12 +64,13 @@ pub fn run(req: Request) -> anyhow::Result<Finished> {
         )?),
         None => None,
     };
-    let signals = prepare::supervise()?;
+    // Held to the end of the run, whichever way it ends.
+    let (_supervisor, signals) = prepare::Supervisor::start()?;
     let mut run = RunDir::create(&checked.root, &checked.id)?;
     let creating = run.creating.take();
-    let code = match prepare::prepare(&run, creating, checked, lease, signals)?.start()? {
+    let ended = match prepare::prepare(&run, creating, checked, lease, signals)?.start()? {
         Begun::Running(started) => started.watch()?,
-        Begun::NotRun(code) => code,
+        Begun::NotRun(code) => Ended { code, started: false, interrupted: None },
     };
-    Ok(Finished { run, code })
+    Ok(Finished { run, code: ended.code, started: ended.started, interrupted: ended.interrupted })
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use anyhow::Context;
+use nix::sys::signal::SigSet;
 use nix::sys::signalfd::SignalFd;
 
 use super::end::record_failure;
@@ -46,17 +47,42 @@ pub(super) struct Prepared<'r> {
     pub creating: Option<DirLock>,
 }
 
-/// Makes this process the run's supervisor: not dumpable, a subreaper, the
-/// forwarded signals blocked. Returns the descriptor the signals arrive on.
-pub(super) fn supervise() -> anyhow::Result<SignalFd> {
-    // The command's environment may hold secrets: keep same-user processes
-    // (the command among them) from reading ours through /proc/<pid>/environ.
-    nix::sys::prctl::set_dumpable(false).ctx("cannot make runws non-dumpable", "prctl")?;
-    // The command's orphans are reparented to runws instead of init, so
-    // they keep their descent from runws, which is what makes a process
-    // part of the run for the guard (see `child::watch` for their reaping).
-    nix::sys::prctl::set_child_subreaper(true).ctx("cannot make runws a subreaper", "prctl")?;
-    Ok(child::block_signals()?)
+/// This process as the supervisor of a run, until dropped: not dumpable, a
+/// subreaper, the forwarded signals blocked and read from a signalfd.
+/// Dropping it puts the signal mask and the subreaper flag back as they
+/// were, so a caller that goes on after the run (`lane review`) can be
+/// stopped as usual; it stays non-dumpable, having held the command's
+/// environment.
+pub(super) struct Supervisor {
+    mask: SigSet,
+    was_subreaper: bool,
+}
+
+impl Supervisor {
+    /// Takes over; returns the descriptor the forwarded signals arrive on.
+    pub(super) fn start() -> anyhow::Result<(Supervisor, SignalFd)> {
+        // The command's environment may hold secrets: keep same-user
+        // processes (the command among them) from reading ours through
+        // /proc/<pid>/environ.
+        nix::sys::prctl::set_dumpable(false).ctx("cannot make runws non-dumpable", "prctl")?;
+        // The command's orphans are reparented to runws instead of init, so
+        // they keep their descent from runws, which is what makes a process
+        // part of the run for the guard (see `child::watch` for their reaping).
+        let was_subreaper = nix::sys::prctl::get_child_subreaper().unwrap_or(false);
+        nix::sys::prctl::set_child_subreaper(true).ctx("cannot make runws a subreaper", "prctl")?;
+        let mask = SigSet::thread_get_mask().ctx("cannot read the signal mask", "runws")?;
+        let signals = child::block_signals()?;
+        Ok((Supervisor { mask, was_subreaper }, signals))
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        let _ = self.mask.thread_set_mask();
+        if !self.was_subreaper {
+            let _ = nix::sys::prctl::set_child_subreaper(false);
+        }
+    }
 }
 
 /// Prepares the run in `run`, just created. A failure is recorded in the

@@ -49,6 +49,13 @@ pub(super) struct Started<'r> {
     terminal: Option<Option<Termios>>,
 }
 
+/// How a run that got as far as its fork ended: see [`super::Finished`].
+pub(super) struct Ended {
+    pub code: u8,
+    pub started: bool,
+    pub interrupted: Option<i32>,
+}
+
 /// What starting gave: a command that runs, or one that never ran (its exit
 /// code, recorded).
 pub(super) enum Begun<'r> {
@@ -161,7 +168,7 @@ impl Started<'_> {
     /// Watches the command until it ends (forwarding signals, enforcing the
     /// timeout, renewing the lease), then records its end; returns the exit
     /// code runws reports.
-    pub(super) fn watch(self) -> anyhow::Result<u8> {
+    pub(super) fn watch(self) -> anyhow::Result<Ended> {
         let Started {
             run,
             req,
@@ -233,9 +240,10 @@ impl Started<'_> {
         if let Some(tees) = tees {
             tees.join(Duration::from_secs(2));
         }
-        let mut outcome = outcome?;
+        let child::Watched { mut outcome, interrupted } = outcome?;
         if let Some(e) = gate.exec_error(&program) {
-            return Ok(not_started(run, &mut record, e, final_slot.take()));
+            let code = not_started(run, &mut record, e, final_slot.take());
+            return Ok(Ended { code, started: false, interrupted });
         }
         isolation.ended(run, &mut outcome);
         let code = exit_code(&outcome);
@@ -251,7 +259,7 @@ impl Started<'_> {
         }
         ports.release();
         drop(lease);
-        Ok(code)
+        Ok(Ended { code, started: true, interrupted })
     }
 }
 

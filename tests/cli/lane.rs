@@ -462,3 +462,95 @@ fn lane_run_and_review_run_their_command_in_the_lane_process_itself() {
         .stdout_lacks(" run --run-id")
         .stdout_has("stdin: /dev/null");
 }
+
+/// Polls `done` until it holds, for at most `secs` seconds.
+fn within(secs: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// A kit whose eval runs `eval` (after touching `marker`), sealed.
+fn kit_with_eval(env: &Env, lane: &str, eval: &str, marker: &Path) -> PathBuf {
+    work(env, lane, "echo hi > hello && git add hello && git commit -qm hello").ok();
+    let replay = lane_dir(env, lane).join("replay");
+    write_exec(&replay.join("eval.sh"), &format!("#!/bin/sh\ntouch {}\n{eval}\n", marker.display()));
+    PathBuf::from(seal(env, lane).ok().stdout.trim())
+}
+
+/// A review interrupted while its eval runs (^C, a `kill` of the review)
+/// ends by that signal, as it would without the eval, and records nothing:
+/// an eval stopped half-way says nothing of the kit.
+#[test]
+fn an_interrupted_review_ends_by_the_signal_and_records_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    let lane = claim(&env);
+    let marker = env.path("eval-started");
+    let kit = kit_with_eval(&env, &lane, "sleep 30", &marker);
+    let mut review = env
+        .cmd(&["lane", "review", kit.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(within(30, || marker.exists()), "the eval never started");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(review.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let mut status = None;
+    assert!(
+        within(10, || {
+            status = review.try_wait().unwrap();
+            status.is_some()
+        }),
+        "the review went on"
+    );
+    assert_eq!(status.unwrap().signal(), Some(nix::libc::SIGTERM), "{status:?}");
+    let c = card(&env, &lane);
+    assert_eq!(c["state"], "sealed");
+    assert!(c["review"].is_null(), "an interrupted review was recorded: {}", c["review"]);
+}
+
+/// Once its eval has run, a review can be stopped like any process, even
+/// while it waits for the lane's lock, which the kit's eval left held by a
+/// process of its own.
+#[test]
+fn a_review_waiting_for_a_lock_the_eval_left_held_can_be_stopped() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    let lane = claim(&env);
+    let marker = env.path("eval-done");
+    let holder = env.path("holder.pid");
+    let eval = format!(
+        "setsid sh -c 'echo $$ > {}; exec flock {} sleep 60' </dev/null >/dev/null 2>&1 &\n\
+         while [ ! -s {} ]; do sleep 0.01; done; sleep 0.2",
+        holder.display(),
+        lane_dir(&env, &lane).display(),
+        holder.display()
+    );
+    let kit = kit_with_eval(&env, &lane, &eval, &marker);
+    let mut review = env
+        .cmd(&["lane", "review", kit.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(within(30, || holder.exists() && marker.exists()), "the eval never ran");
+    // The eval ends a moment later; the review then waits for the lane's lock.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(review.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let mut status = None;
+    let stopped = within(10, || {
+        status = review.try_wait().unwrap();
+        status.is_some()
+    });
+    let pid: i32 = std::fs::read_to_string(&holder).unwrap().trim().parse().unwrap();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    assert!(stopped, "SIGTERM did not stop the review");
+    assert_eq!(status.unwrap().signal(), Some(nix::libc::SIGTERM), "{status:?}");
+    let _ = review.wait();
+}

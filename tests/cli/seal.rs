@@ -222,3 +222,30 @@ fn a_missing_archive_is_named_as_missing() {
     env.run(&["verify", "no-such.tar.zst"]).code(125).stderr_has("cannot open archive");
     assert!(!target.exists());
 }
+
+/// `--seal` seals what a command did: a command that never ran (a program
+/// that cannot be executed, a missing one) leaves its failure recorded and
+/// nothing sealed, and its exit code is runws's.
+#[test]
+fn run_seal_seals_nothing_of_a_command_that_never_ran() {
+    let env = Env::new();
+    let not_executable = env.path("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = env.run(&[
+        "run",
+        "--run-id",
+        "n1",
+        "--job",
+        "never",
+        "--seal",
+        "--",
+        not_executable.to_str().unwrap(),
+    ]);
+    out.code(126);
+    assert!(!out.stderr.contains("sealed run"), "a seal was reported:\n{}", out.stderr);
+    assert_eq!(env.manifest("n1")["status"], "failed");
+    assert!(env.manifest("n1").get("checkpoint").is_none());
+    env.run(&["run", "--run-id", "n2", "--job", "never", "--seal", "--", "no-such-program-anywhere"])
+        .code(127);
+    assert!(!archive_dir(&env, "never").exists(), "an archive was made of a command that never ran");
+}
