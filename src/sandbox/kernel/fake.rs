@@ -23,7 +23,7 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use rustix::mount::OpenTreeFlags;
 
-use super::Kernel;
+use super::{Kernel, Mount, MountAttr};
 use crate::sandbox::refused::Refused;
 
 /// What is at a path of the model.
@@ -351,24 +351,17 @@ impl Kernel for Fake {
         self.call(format!("ioctl {sock} {name} flags {}", interface_names(flags))).map_err(io_err)
     }
 
-    fn mount(
-        &self,
-        source: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
-        flags: MsFlags,
-        data: Option<&str>,
-    ) -> nix::Result<()> {
-        let mut line = format!("mount {} on {}", source.unwrap_or("none"), target.display());
-        if let Some(t) = fstype {
+    fn mount(&self, target: &Path, m: &Mount<'_>) -> nix::Result<()> {
+        let mut line = format!("mount {} on {}", m.source.unwrap_or("none"), target.display());
+        if let Some(t) = m.fstype {
             line.push_str(&format!(" type {t}"));
         }
-        line.push_str(&format!(" ({})", ms_names(flags)));
-        if let Some(d) = data {
+        line.push_str(&format!(" ({})", ms_names(m.flags)));
+        if let Some(d) = m.data {
             line.push_str(&format!(" {d}"));
         }
         self.call_or(line, self.missing(target)).map_err(nix_err)?;
-        if matches!(fstype, Some("tmpfs" | "devpts")) {
+        if matches!(m.fstype, Some("tmpfs" | "devpts")) {
             self.files.borrow_mut().retain(|p, _| p == target || !p.starts_with(target));
             self.add(target, Node::Dir);
         }
@@ -393,15 +386,8 @@ impl Kernel for Fake {
             .map_err(rustix_err)
     }
 
-    fn mount_setattr(
-        &self,
-        tree: Option<&Fd>,
-        path: &CStr,
-        flags: libc::c_int,
-        set: u64,
-        clear: u64,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> io::Result<()> {
+    fn mount_setattr(&self, tree: Option<&Fd>, path: &CStr, attr: &MountAttr<'_>) -> io::Result<()> {
+        let MountAttr { flags, set, clear, userns } = *attr;
         let mut line = match tree {
             Some(tree) if path.is_empty() => format!("setattr {tree}"),
             Some(tree) => format!("setattr {tree}/{}", text(path)),
