@@ -88,20 +88,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Alive: present in /proc and not a zombie.
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
-}
-
+/// Whether `pid` ended (or is a zombie) within 5s.
 fn wait_gone(pid: i32) -> bool {
-    for _ in 0..100 {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    false
+    wait_until(std::time::Duration::from_secs(5), || !alive(pid))
 }
 
 /// The work: `hi` in hello, committed; a `.env` left behind; a process
