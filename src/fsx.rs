@@ -36,6 +36,12 @@ pub fn create_private_dirs(path: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
+/// Opens the file at `path` for writing, created empty when missing and
+/// never truncated: a file that is there to be locked.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)
+}
+
 /// Checks that `name` is one plain path component: not empty, not `.` or
 /// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
 pub fn check_name(name: impl AsRef<OsStr>) -> Result<()> {
