@@ -27,12 +27,7 @@ pub struct CacheLock {
 /// stderr when it has to wait.
 pub fn lock(dir: &Path, exclusive: bool) -> Result<CacheLock> {
     let path = dir.join(LOCK_NAME);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .ctx("cannot open the cache lock", &path)?;
+    let file = crate::fsx::open_lock_file(&path).ctx("cannot open the cache lock", &path)?;
     let (now, wait) = if exclusive {
         (FlockArg::LockExclusiveNonblock, FlockArg::LockExclusive)
     } else {

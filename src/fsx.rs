@@ -36,6 +36,12 @@ pub fn create_private_dirs(path: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
+/// Opens the file at `path` for writing, created empty when missing and
+/// never truncated: a file that is there to be locked.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)
+}
+
 /// Checks that `name` is one plain path component: not empty, not `.` or
 /// `..`, no `/`, no NUL, at most [`MAX_NAME_BYTES`] bytes.
 pub fn check_name(name: impl AsRef<OsStr>) -> Result<()> {
@@ -120,19 +126,30 @@ impl Reserved<'_> {
         fill: impl FnOnce(&mut File) -> io::Result<T>,
     ) -> Result<T> {
         let path = self.dir.join(&self.name);
-        let mut file =
-            self.file.take().ok_or_else(|| Error::Other("a reserved file is written once".into()))?;
+        let mut file = self.take_file()?;
         let value = fill(&mut file)
             .and_then(|v| file.sync_all().map(|()| v))
             .map_err(|e| Error::io("cannot write", &path, e))?;
         drop(file);
+        self.place(&path, durable)?;
+        Ok(value)
+    }
+
+    /// The temp file, to be written once.
+    fn take_file(&mut self) -> Result<File> {
+        self.file.take().ok_or_else(|| Error::Other("a reserved file is written once".into()))
+    }
+
+    /// Renames the written temp file over `path`, its name; with `durable`
+    /// the directory is synced too.
+    fn place(&mut self, path: &Path, durable: bool) -> Result<()> {
         renameat(self.dir.fd.as_fd(), self.tmp.as_str(), self.dir.fd.as_fd(), self.name.as_str())
-            .ctx("cannot replace", &path)?;
+            .ctx("cannot replace", path)?;
         self.placed = true;
         if durable {
             self.dir.sync()?;
         }
-        Ok(value)
+        Ok(())
     }
 }
 
@@ -159,7 +176,7 @@ impl Reserved<'_> {
         fit: impl FnOnce(u64) -> Option<Vec<u8>>,
     ) -> Result<()> {
         let path = self.dir.join(&self.name);
-        let file = self.file.take().ok_or_else(|| Error::Other("a reserved file is written once".into()))?;
+        let file = self.take_file()?;
         let reserved = fstat(file.as_fd()).map_or(0, |st| st.st_blocks.max(0) as u64 * 512);
         let written = match write_over(&file, bytes) {
             Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) && bytes.len() as u64 > reserved => {
@@ -172,13 +189,7 @@ impl Reserved<'_> {
         };
         written.and_then(|()| file.sync_all()).map_err(|e| Error::io("cannot write", &path, e))?;
         drop(file);
-        renameat(self.dir.fd.as_fd(), self.tmp.as_str(), self.dir.fd.as_fd(), self.name.as_str())
-            .ctx("cannot replace", &path)?;
-        self.placed = true;
-        if durable {
-            self.dir.sync()?;
-        }
-        Ok(())
+        self.place(&path, durable)
     }
 }
 
@@ -286,23 +297,33 @@ impl Dir {
         }
     }
 
+    /// `openat` of `name` with `access` (`O_RDONLY`, `O_WRONLY`, ...), never
+    /// through a symlink, and without blocking on a fifo planted there.
+    fn open_unblocked(&self, name: &OsStr, access: OFlag) -> nix::Result<OwnedFd> {
+        let flags = access | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        openat(self.fd.as_fd(), name, flags, Mode::empty())
+    }
+
+    /// [`Dir::open_unblocked`] of `name` (at `path`), and the `fstat` of
+    /// what it opened; `None` when nothing is there, [`Error::Symlink`] for
+    /// a symlink.
+    fn open_stat(&self, name: &OsStr, path: &Path, access: OFlag) -> Result<Option<(OwnedFd, FileStat)>> {
+        let fd = match self.open_unblocked(name, access) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) if is_symlink_errno(e) => return Err(Error::Symlink { path: path.to_path_buf() }),
+            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).ctx("cannot stat", path)?;
+        Ok(Some((fd, st)))
+    }
+
     /// Opens the regular file `name` for reading; refuses symlinks and
     /// anything that is not a regular file.
     pub fn open_read(&self, name: impl AsRef<OsStr>) -> Result<Option<File>> {
         let name = name.as_ref();
         let path = self.join(name);
-        let fd = match openat(
-            self.fd.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) if is_symlink_errno(e) => return Err(Error::Symlink { path }),
-            Err(e) => return Err(Error::io("cannot open", path, e.into())),
-        };
-        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
+        let Some((fd, st)) = self.open_stat(name, &path, OFlag::O_RDONLY)? else { return Ok(None) };
         if kind(&st) != SFlag::S_IFREG {
             return Err(Error::SpecialFile { path });
         }
@@ -385,18 +406,12 @@ impl Dir {
     pub fn abandoned(&self, name: impl AsRef<OsStr>, remove: bool) -> Result<Leftover> {
         let name = name.as_ref();
         let path = self.join(name);
-        let fd = match openat(
-            self.fd.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(Leftover::Gone),
-            Err(e) if is_symlink_errno(e) => return Ok(Leftover::NotAFile),
-            Err(e) => return Err(Error::io("cannot open", path, e.into())),
+        let (fd, st) = match self.open_stat(name, &path, OFlag::O_RDONLY | OFlag::O_NOCTTY) {
+            Ok(Some(opened)) => opened,
+            Ok(None) => return Ok(Leftover::Gone),
+            Err(Error::Symlink { .. }) => return Ok(Leftover::NotAFile),
+            Err(e) => return Err(e),
         };
-        let st = fstat(fd.as_fd()).ctx("cannot stat", &path)?;
         if kind(&st) != SFlag::S_IFREG {
             return Ok(Leftover::NotAFile);
         }
@@ -464,12 +479,7 @@ impl Dir {
     /// there, is not an empty regular file, or was not made by this user.
     pub fn allocate_named(&self, name: &str, len: u64) -> Result<()> {
         let path = self.join(name);
-        let fd = match openat(
-            self.fd.as_fd(),
-            name,
-            OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-            Mode::empty(),
-        ) {
+        let fd = match self.open_unblocked(name.as_ref(), OFlag::O_WRONLY) {
             Ok(fd) => fd,
             Err(Errno::ENOENT | Errno::ELOOP | Errno::EACCES | Errno::EPERM | Errno::ENXIO) => return Ok(()),
             Err(e) => return Err(Error::io("cannot open", path, e.into())),
@@ -559,17 +569,17 @@ impl Dir {
         Ok(DirLock { _lock: lock })
     }
 
+    /// A descriptor of this directory with an open file description of its
+    /// own: one a `flock` or a listing shares with no other.
+    fn reopen(&self) -> nix::Result<OwnedFd> {
+        openat(self.fd.as_fd(), ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+    }
+
     /// Takes an exclusive `flock` on this directory through a descriptor
     /// of its own: unlike [`Dir::lock`], a later [`Dir::lock`] by this
     /// same process waits for it, and releasing that one leaves this held.
     pub fn lock_apart(&self) -> Result<DirLock> {
-        let fd = openat(
-            self.fd.as_fd(),
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .ctx("cannot lock", &self.path)?;
+        let fd = self.reopen().ctx("cannot lock", &self.path)?;
         let lock = Flock::lock(fd, FlockArg::LockExclusive)
             .map_err(|(_, e)| Error::io("cannot lock", &self.path, e.into()))?;
         Ok(DirLock { _lock: lock })
@@ -772,13 +782,7 @@ impl Dir {
     /// the file system says so without a stat), read through the open
     /// descriptor rather than the path.
     pub fn entries_raw(&self) -> Result<Vec<(OsString, Option<bool>)>> {
-        let fd = openat(
-            self.fd.as_fd(),
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .ctx("cannot list", &self.path)?;
+        let fd = self.reopen().ctx("cannot list", &self.path)?;
         let mut dir = nix::dir::Dir::from_fd(fd).ctx("cannot list", &self.path)?;
         let mut out = Vec::new();
         for entry in dir.iter() {

@@ -45,12 +45,7 @@ pub fn add(repo: &Path, path: &Path, branch: &str, base: &str, locks: &Path) -> 
     }
     crate::fsx::create_private_dirs(locks).ctx("cannot create", locks)?;
     let lock_path = locks.join(format!("git-{}", &hex(&sha2::Sha256::digest(common.as_bytes()))[..16]));
-    let lock_file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .ctx("cannot open", &lock_path)?;
+    let lock_file = crate::fsx::open_lock_file(&lock_path).ctx("cannot open", &lock_path)?;
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
         .map_err(|(_, e)| Error::io("cannot lock", &lock_path, e.into()))?;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::{Cli, Command, RunArgs, SealArgs};
 use crate::duration;
-use crate::run::defaults;
+use crate::run::Request;
 
 /// Parses `args` (with the program name first) when it is a plain `run`
 /// command line; `env` looks up RUNWS_ROOT and RUNWS_STORE.
@@ -138,31 +138,33 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
     Some(Cli { store, root, command: Command::Run(Box::new(a)) })
 }
 
-/// `run`'s arguments as clap fills them when none is given (a test holds
-/// the two to the same values).
+/// `run`'s arguments as clap fills them when none is given: a run's own
+/// defaults ([`Request::new`]'s), the seal's, and no sandbox (a test holds
+/// them to clap's).
 fn defaults() -> RunArgs {
+    let run = Request::new(Vec::new());
     RunArgs {
-        run_id: None,
-        job: None,
-        env: Vec::new(),
-        pass: Vec::new(),
-        env_file: Vec::new(),
-        path: defaults::PATH.into(),
-        ports: defaults::PORTS,
-        port_host: defaults::PORT_HOST.into(),
-        listen: false,
-        inputs: Vec::new(),
-        fingerprint: None,
-        allow_import: Vec::new(),
-        timeout: None,
-        kill_after: None,
-        lease_ttl: defaults::LEASE_TTL,
-        capture: false,
-        worktree: None,
-        base: defaults::BASE.into(),
-        cwd: None,
-        lease: None,
-        wait: defaults::LEASE_WAIT,
+        run_id: run.run_id,
+        job: run.job,
+        env: run.env,
+        pass: run.pass,
+        env_file: run.env_file,
+        path: run.path,
+        ports: run.ports,
+        port_host: run.port_host,
+        listen: run.listen,
+        inputs: run.inputs,
+        fingerprint: run.fingerprint,
+        allow_import: run.allow_import,
+        timeout: run.timeout,
+        kill_after: run.kill_after,
+        lease_ttl: run.lease_ttl,
+        capture: run.capture,
+        worktree: run.worktree,
+        base: run.base,
+        cwd: run.cwd,
+        lease: run.lease,
+        wait: run.wait,
         seal: false,
         seal_opts: SealArgs {
             to: None,

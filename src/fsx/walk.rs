@@ -318,7 +318,8 @@ impl Walk {
     }
 
     /// Looks at `name` in `level`, asks the visitor, and enters it when
-    /// asked to and allowed.
+    /// asked to and allowed. `rel` names it meanwhile, and is given back as
+    /// it came on every way out but an error, which ends the walk.
     fn visit<V: Visitor>(
         &self,
         level: &Level<'_>,
@@ -327,50 +328,42 @@ impl Walk {
         v: &mut V,
     ) -> std::result::Result<(), V::Error> {
         rel.push(name);
-        let result = self.visit_at(level, name, rel, v);
+        let result = 'visit: {
+            let dir = level.dir;
+            let stat = match fstatat(dir.borrow(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(st),
+                Err(Errno::ENOENT) => None,
+                Err(errno) => break 'visit v.failed(Failure::Stat { path: dir.join(name), errno }),
+            };
+            let depth = level.depth + 1;
+            let entry = Entry { dir, name, rel, depth, stat };
+            if v.entry(&entry)? == Visit::Skip || entry.kind() != Kind::Dir {
+                break 'visit Ok(());
+            }
+            if depth > self.max_depth {
+                break 'visit v.failed(Failure::TooDeep { path: dir.join(name), limit: self.max_depth });
+            }
+            if let (Some(parent), Some(st)) = (&level.mount, &stat)
+                && (major(st.st_dev) as u32, minor(st.st_dev) as u32) != parent.dev
+            {
+                // Another device: a mount point, told without opening it.
+                break 'visit Ok(());
+            }
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let sub = match openat(dir.borrow(), name, flags, Mode::empty()) {
+                Ok(fd) => Dir { fd, path: dir.join(name) },
+                Err(errno) => break 'visit v.failed(Failure::Open { path: dir.join(name), errno }),
+            };
+            let Some(sub_level) = self.level(&sub, depth, v)? else { break 'visit Ok(()) };
+            if let (Some(parent), Some(here)) = (&level.mount, &sub_level.mount)
+                && here.differs_from(parent, sub.path())
+            {
+                break 'visit Ok(());
+            }
+            self.walk_dir(&sub_level, rel, v)
+        };
         rel.pop();
         result
-    }
-
-    fn visit_at<V: Visitor>(
-        &self,
-        level: &Level<'_>,
-        name: &OsStr,
-        rel: &mut PathBuf,
-        v: &mut V,
-    ) -> std::result::Result<(), V::Error> {
-        let dir = level.dir;
-        let stat = match fstatat(dir.borrow(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => Some(st),
-            Err(Errno::ENOENT) => None,
-            Err(errno) => return v.failed(Failure::Stat { path: dir.join(name), errno }),
-        };
-        let depth = level.depth + 1;
-        let entry = Entry { dir, name, rel, depth, stat };
-        if v.entry(&entry)? == Visit::Skip || entry.kind() != Kind::Dir {
-            return Ok(());
-        }
-        if depth > self.max_depth {
-            return v.failed(Failure::TooDeep { path: dir.join(name), limit: self.max_depth });
-        }
-        if let (Some(parent), Some(st)) = (&level.mount, &stat)
-            && (major(st.st_dev) as u32, minor(st.st_dev) as u32) != parent.dev
-        {
-            // Another device: a mount point, told without opening it.
-            return Ok(());
-        }
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let sub = match openat(dir.borrow(), name, flags, Mode::empty()) {
-            Ok(fd) => Dir { fd, path: dir.join(name) },
-            Err(errno) => return v.failed(Failure::Open { path: dir.join(name), errno }),
-        };
-        let Some(sub_level) = self.level(&sub, depth, v)? else { return Ok(()) };
-        if let (Some(parent), Some(here)) = (&level.mount, &sub_level.mount)
-            && here.differs_from(parent, sub.path())
-        {
-            return Ok(());
-        }
-        self.walk_dir(&sub_level, rel, v)
     }
 }
 

@@ -217,16 +217,8 @@ impl Local {
         let inputs = self.run.sub("inputs")?;
         inputs.mkdir_if_missing(run, 0o755)?;
         let into = inputs.sub(run)?;
-        let (tmp, mut f) = into.create_temp(name, 0o644)?;
-        let copied = copy_and_hash(&mut src, &mut f).and_then(|r| f.sync_all().map(|()| r));
-        drop(f);
-        let (bytes, sha256) = match copied {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = into.unlink(&tmp);
-                return Err(Error::io("cannot import", src_path, e));
-            }
-        };
+        let (tmp, bytes, sha256) =
+            stage(&into, name, &mut src, |e| Error::io("cannot import", &src_path, e))?;
         if sha256 != rec.sha256 {
             let _ = into.unlink(&tmp);
             return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: sha256 });
@@ -328,16 +320,8 @@ impl Calls for Local {
         self.manifest()?;
         let outputs = self.outputs()?;
         let file = self.file_name(name);
-        let (tmp, mut f) = outputs.create_temp(&file, 0o644)?;
-        let staged = copy_and_hash(&mut reader, &mut f).and_then(|r| f.sync_all().map(|()| r));
-        drop(f);
-        let (bytes, sha256) = match staged {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = outputs.unlink(&tmp);
-                return Err(Error::io("cannot write output", outputs.join(&file), e));
-            }
-        };
+        let fail = |e| Error::io("cannot write output", outputs.join(&file), e);
+        let (tmp, bytes, sha256) = stage(&outputs, &file, &mut reader, fail)?;
         let result = manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
             if let Some(old) = m.output(name)
@@ -506,5 +490,26 @@ impl Calls for Local {
             }
             Ok(claim)
         })
+    }
+}
+
+/// Copies `src` into a new temp file in `dir` that will become `name`, and
+/// syncs it: the temp file's name, and the bytes and sha256 copied. When
+/// the copy fails the temp file is removed, and `fail` makes the error.
+fn stage(
+    dir: &Dir,
+    name: impl AsRef<OsStr>,
+    src: &mut (impl Read + Send),
+    fail: impl FnOnce(std::io::Error) -> Error,
+) -> Result<(String, u64, String)> {
+    let (tmp, mut f) = dir.create_temp(name, 0o644)?;
+    let copied = copy_and_hash(src, &mut f).and_then(|r| f.sync_all().map(|()| r));
+    drop(f);
+    match copied {
+        Ok((bytes, sha256)) => Ok((tmp, bytes, sha256)),
+        Err(e) => {
+            let _ = dir.unlink(&tmp);
+            Err(fail(e))
+        }
     }
 }

@@ -44,7 +44,7 @@ pub mod promote;
 pub mod review;
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use sha2::Digest;
@@ -122,13 +122,35 @@ pub fn check_ticket(ticket: &str) -> Result<()> {
         && b.len() <= 64
         && b[0].is_ascii_alphanumeric()
         && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    let why = "a ticket is 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit";
+    valid_name(ok, ticket, why)
+}
+
+/// `Ok` when `ok`, else `name` refused for `why`.
+fn valid_name(ok: bool, name: &str, why: &'static str) -> Result<()> {
     if ok {
         return Ok(());
     }
-    Err(Error::InvalidName {
-        name: ticket.escape_debug().to_string(),
-        why: "a ticket is 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit",
-    })
+    Err(Error::InvalidName { name: name.escape_debug().to_string(), why })
+}
+
+/// Restores `kit` into a private temporary directory (named `prefix`...)
+/// under ROOT's `restores/`, and scans the copy again: the directory and
+/// the copy (its `kit/`), or [`Error::SecretsFound`] for the kit.
+fn restore_scanned(root: &Root, kit: &Path, prefix: &str) -> Result<(tempfile::TempDir, PathBuf)> {
+    let restores = root.restores();
+    crate::fsx::create_private_dirs(&restores).ctx("cannot create", &restores)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&restores)
+        .ctx("cannot create a directory in", &restores)?;
+    let restored = tmp.path().join("kit");
+    crate::restore::restore(kit, &restored, Some(root), crate::restore::Limits::default())?;
+    let findings = crate::seal::scan::scan_paths(std::slice::from_ref(&restored))?.findings;
+    if !findings.is_empty() {
+        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.display()), count: findings.len() });
+    }
+    Ok((tmp, restored))
 }
 
 /// Checks a lane name as the commands take it: `lane-` and the id alphabet,
@@ -137,13 +159,7 @@ pub fn check_lane_name(lane: &str) -> Result<()> {
     let ok = lane.starts_with("lane-")
         && lane.len() <= 128
         && lane.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
-    if ok {
-        return Ok(());
-    }
-    Err(Error::InvalidName {
-        name: lane.escape_debug().to_string(),
-        why: "a lane is named `lane-<ticket>-<initials>`, as `lane claim` printed it",
-    })
+    valid_name(ok, lane, "a lane is named `lane-<ticket>-<initials>`, as `lane claim` printed it")
 }
 
 /// Checks one of the four names; returns it trimmed.

@@ -28,13 +28,12 @@ use std::time::Duration;
 use nix::sys::stat::SFlag;
 
 use super::card::{Card, Promotion, Reset, State};
-use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, now};
+use super::{CARD_JSON, Lane, Step, allowed, check_named, git_out, now, restore_scanned};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::walk::{Visit, Walk};
 use crate::fsx::{Dir, kind};
 use crate::manifest;
 use crate::procinfo;
-use crate::seal::scan;
 use crate::workspace::{Root, RunDir};
 
 pub struct PromoteRequest<'a> {
@@ -96,18 +95,7 @@ pub fn promote(root: &Root, name: &str, req: &PromoteRequest<'_>) -> Result<Prom
     }
 
     // The approved bytes, restored and rescanned, are what gets copied.
-    let restores = root.restores();
-    crate::fsx::create_private_dirs(&restores).ctx("cannot create", &restores)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("promote-")
-        .tempdir_in(&restores)
-        .ctx("cannot create a directory in", &restores)?;
-    let restored = tmp.path().join("kit");
-    crate::restore::restore(&kit_path, &restored, Some(root), crate::restore::Limits::default())?;
-    let findings = scan::scan_paths(std::slice::from_ref(&restored))?.findings;
-    if !findings.is_empty() {
-        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.path), count: findings.len() });
-    }
+    let (_tmp, restored) = restore_scanned(root, &kit_path, "promote-")?;
 
     let mut c = crate::git::converting(&top)?;
     c.args(["worktree", "add", "-q", "-b", &branch]).arg(&worktree).arg("HEAD");

@@ -21,11 +21,10 @@ use std::time::Duration;
 use nix::sys::stat::SFlag;
 
 use super::card::{Card, Review, State};
-use super::{Lane, Step, allowed, git_clean, git_out, now};
-use crate::error::{Error, IoContext, Result};
+use super::{Lane, Step, allowed, git_clean, git_out, now, restore_scanned};
+use crate::error::{Error, Result};
 use crate::fsx::{Dir, kind};
 use crate::run::Finished;
-use crate::seal::scan;
 use crate::workspace::Root;
 
 /// What the review was asked to do.
@@ -53,18 +52,7 @@ pub fn review(root: &Root, kit: &Path, opts: &ReviewOptions) -> Result<ReviewRep
         )));
     }
     let sha = crate::restore::verify(kit)?;
-    let reviews = root.restores();
-    crate::fsx::create_private_dirs(&reviews).ctx("cannot create", &reviews)?;
-    let tmp = tempfile::Builder::new()
-        .prefix("review-")
-        .tempdir_in(&reviews)
-        .ctx("cannot create a directory in", &reviews)?;
-    let restored = tmp.path().join("kit");
-    crate::restore::restore(kit, &restored, Some(root), crate::restore::Limits::default())?;
-    let findings = scan::scan_paths(std::slice::from_ref(&restored))?.findings;
-    if !findings.is_empty() {
-        return Err(Error::SecretsFound { what: format!("kit `{}`", kit.display()), count: findings.len() });
-    }
+    let (tmp, restored) = restore_scanned(root, kit, "review-")?;
     let rdir = Dir::open(&restored)?;
     let kit_card = super::read_card(&rdir, "in the kit")?;
     let ticket = std::fs::read_to_string(restored.join("TICKET")).unwrap_or_default();

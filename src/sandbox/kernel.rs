@@ -31,6 +31,25 @@ use crate::sys;
 #[cfg(test)]
 pub mod fake;
 
+pub use crate::sys::ns::MountAttr;
+
+/// One `mount(2)` but its target: what is mounted (`source`), the file
+/// system type, the `MS_*` flags and the option string.
+#[derive(Debug, Clone, Copy)]
+pub struct Mount<'a> {
+    pub source: Option<&'a str>,
+    pub fstype: Option<&'a str>,
+    pub flags: MsFlags,
+    pub data: Option<&'a str>,
+}
+
+impl<'a> Mount<'a> {
+    /// A new file system of type `fstype`, named after its type.
+    pub fn fs(fstype: &'a str, flags: MsFlags, data: Option<&'a str>) -> Mount<'a> {
+        Mount { source: Some(fstype), fstype: Some(fstype), flags, data }
+    }
+}
+
 /// The kernel as the sandbox init uses it.
 pub trait Kernel {
     /// A descriptor the kernel gave out: a detached mount tree, an `O_PATH`
@@ -90,15 +109,8 @@ pub trait Kernel {
 
     // Mounts.
 
-    /// `mount(2)`.
-    fn mount(
-        &self,
-        source: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
-        flags: MsFlags,
-        data: Option<&str>,
-    ) -> nix::Result<()>;
+    /// `mount(2)` of `m` on `target`.
+    fn mount(&self, target: &Path, m: &Mount<'_>) -> nix::Result<()>;
     /// `open_tree(2)` of `path`, relative to `dir` (the current directory
     /// when `None`).
     fn open_tree(
@@ -111,15 +123,7 @@ pub trait Kernel {
     fn move_mount(&self, tree: &Self::Fd, target: &CStr) -> rustix::io::Result<()>;
     /// `mount_setattr(2)` of the mount at `path` relative to `tree` (the
     /// current directory when `None`); see [`sys::ns::mount_setattr`].
-    fn mount_setattr(
-        &self,
-        tree: Option<&Self::Fd>,
-        path: &CStr,
-        flags: libc::c_int,
-        set: u64,
-        clear: u64,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> io::Result<()>;
+    fn mount_setattr(&self, tree: Option<&Self::Fd>, path: &CStr, attr: &MountAttr<'_>) -> io::Result<()>;
     /// An `O_PATH` descriptor of the directory at `path` (close-on-exec).
     fn open_dir_path(&self, path: &Path) -> nix::Result<Self::Fd>;
     /// The path that names `fd` in an option string (`/proc/self/fd/N`).
@@ -262,15 +266,8 @@ impl Kernel for Real {
         sys::ns::set_interface_flags(sock, name, flags)
     }
 
-    fn mount(
-        &self,
-        source: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
-        flags: MsFlags,
-        data: Option<&str>,
-    ) -> nix::Result<()> {
-        nix::mount::mount(source, target, fstype, flags, data)
+    fn mount(&self, target: &Path, m: &Mount<'_>) -> nix::Result<()> {
+        nix::mount::mount(m.source, target, m.fstype, m.flags, m.data)
     }
 
     fn open_tree(
@@ -290,16 +287,8 @@ impl Kernel for Real {
         rustix::mount::move_mount(tree, c"", rustix::fs::CWD, target, flags)
     }
 
-    fn mount_setattr(
-        &self,
-        tree: Option<&OwnedFd>,
-        path: &CStr,
-        flags: libc::c_int,
-        set: u64,
-        clear: u64,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> io::Result<()> {
-        sys::ns::mount_setattr(tree.map(|t| t.as_fd()), path, flags, set, clear, userns)
+    fn mount_setattr(&self, tree: Option<&OwnedFd>, path: &CStr, attr: &MountAttr<'_>) -> io::Result<()> {
+        sys::ns::mount_setattr(tree.map(|t| t.as_fd()), path, attr)
     }
 
     fn open_dir_path(&self, path: &Path) -> nix::Result<OwnedFd> {

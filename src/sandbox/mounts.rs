@@ -43,7 +43,7 @@ use nix::libc;
 use nix::mount::MsFlags;
 use rustix::mount::OpenTreeFlags;
 
-use super::kernel::Kernel;
+use super::kernel::{Kernel, Mount, MountAttr};
 use super::refused::Refused;
 
 const P: &str = "read-only file system";
@@ -62,7 +62,9 @@ fn fail(what: &str, path: &Path, e: io::Error) -> Refused {
 /// Makes every mount in this namespace private, so nothing done here is
 /// propagated to the host (or from it).
 pub fn make_private<K: Kernel>(k: &K) -> Result<(), Refused> {
-    k.mount(None, Path::new("/"), None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)
+    let private =
+        Mount { source: None, fstype: None, flags: MsFlags::MS_REC | MsFlags::MS_PRIVATE, data: None };
+    k.mount(Path::new("/"), &private)
         .map_err(|e| Refused::new("mount namespace", format!("cannot make `/` private: {e}")))
 }
 
@@ -100,7 +102,8 @@ pub fn set_attrs<K: Kernel>(
 ) -> Result<(), Refused> {
     let c = cpath(path)?;
     let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
-    k.mount_setattr(None, &c, flags, set, clear, None).map_err(|e| fail("cannot set the flags of", path, e))
+    k.mount_setattr(None, &c, &MountAttr { flags, set, clear, userns: None })
+        .map_err(|e| fail("cannot set the flags of", path, e))
 }
 
 /// Sets (or clears) `MOUNT_ATTR_RDONLY` on the mount at `path`, and on every
@@ -116,14 +119,9 @@ const LOCKED_DOWN: u64 = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
 
 /// A tmpfs at `target` with root directory mode `mode`.
 pub fn tmpfs<K: Kernel>(k: &K, target: &Path, mode: u32) -> Result<(), Refused> {
-    k.mount(
-        Some("tmpfs"),
-        target,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("mode={mode:o}").as_str()),
-    )
-    .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))
+    let data = format!("mode={mode:o}");
+    k.mount(target, &Mount::fs("tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(&data)))
+        .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))
 }
 
 fn open_path<K: Kernel>(k: &K, path: &Path) -> Result<K::Fd, Refused> {
@@ -148,7 +146,7 @@ fn overlay<K: Kernel>(
         opts.push_str(",userxattr");
     }
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    k.mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
+    k.mount(target, &Mount::fs("overlay", flags, Some(&opts)))
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
@@ -164,7 +162,7 @@ fn overlay_mapped<K: Kernel>(k: &K, lower: &K::Fd, layer: &K::Fd, target: &Path)
     let opts = format!("lowerdir={},upperdir={layer}/upper,workdir={layer}/work", k.fd_path(lower));
     mount_point(k, target, true)?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    k.mount(Some("overlay"), target, Some("overlay"), flags, Some(opts.as_str()))
+    k.mount(target, &Mount::fs("overlay", flags, Some(&opts)))
         .map_err(|e| fail("cannot layer the cache onto", target, e.into()))
 }
 
@@ -173,14 +171,9 @@ fn overlay_mapped<K: Kernel>(k: &K, lower: &K::Fd, layer: &K::Fd, target: &Path)
 /// `irq`, `bus`, `fs`) can be written, and one mount does it where binding
 /// each knob read-only would take five.
 pub fn proc_fs<K: Kernel>(k: &K) -> Result<(), Refused> {
-    k.mount(
-        Some("proc"),
-        Path::new("/proc"),
-        Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
-        None,
-    )
-    .map_err(|e| Refused::new("private /proc", format!("cannot mount proc on `/proc`: {e}")))
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+    k.mount(Path::new("/proc"), &Mount::fs("proc", flags, None))
+        .map_err(|e| Refused::new("private /proc", format!("cannot mount proc on `/proc`: {e}")))
 }
 
 /// `/proc` entries that show kernel memory, other users' keys or timing
@@ -268,14 +261,8 @@ fn private_dev<K: Kernel>(k: &K, target: &Path, dev: &DevNodes<K::Fd>) -> Result
     // Device nodes made here work only on a tmpfs that allows them; the
     // command can make none (no capability, and it is read-only by then).
     let nodev = if dev.make { MsFlags::empty() } else { MsFlags::MS_NODEV };
-    k.mount(
-        Some("tmpfs"),
-        target,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | nodev,
-        Some("mode=755"),
-    )
-    .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))?;
+    k.mount(target, &Mount::fs("tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | nodev, Some("mode=755")))
+        .map_err(|e| fail("cannot mount a tmpfs on", target, e.into()))?;
     for (i, (name, rdev, mode)) in dev.nodes.iter().enumerate() {
         let node = target.join(name);
         let made = dev.make
@@ -304,14 +291,9 @@ fn private_dev<K: Kernel>(k: &K, target: &Path, dev: &DevNodes<K::Fd>) -> Result
     }
     let pts = target.join("pts");
     mount_point(k, &pts, true)?;
-    k.mount(
-        Some("devpts"),
-        &pts,
-        Some("devpts"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=620"),
-    )
-    .map_err(|e| fail("cannot mount a devpts on", &pts, e.into()))?;
+    let data = Some("newinstance,ptmxmode=0666,mode=620");
+    k.mount(&pts, &Mount::fs("devpts", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, data))
+        .map_err(|e| fail("cannot mount a devpts on", &pts, e.into()))?;
     let links = [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -358,7 +340,8 @@ enum Prepared<F> {
 /// command creates is stored as 0.
 fn id_map<K: Kernel>(k: &K, tree: &K::Fd, userns: BorrowedFd<'_>, path: &Path) -> Result<(), Refused> {
     let flags = libc::AT_EMPTY_PATH | libc::AT_RECURSIVE;
-    let r = k.mount_setattr(Some(tree), c"", flags, libc::MOUNT_ATTR_IDMAP, 0, Some(userns));
+    let attr = MountAttr { flags, set: libc::MOUNT_ATTR_IDMAP, clear: 0, userns: Some(userns) };
+    let r = k.mount_setattr(Some(tree), c"", &attr);
     if let Err(e) = r {
         return Err(Refused::new(
             "unprivileged uid",

@@ -99,23 +99,26 @@ pub fn network_namespace_helper(ready: BorrowedFd<'_>) -> io::Result<Pid> {
     start_helper(make, ready.as_raw_fd() as usize, 0)
 }
 
-/// `mount_setattr(2)`: sets `set` and clears `clear` (`MOUNT_ATTR_*` bits)
-/// on the mount at `path` relative to `dir` (the current directory when
-/// `None`), with `flags` (`AT_RECURSIVE`, `AT_EMPTY_PATH`); with `userns`,
-/// the id map `MOUNT_ATTR_IDMAP` applies.
-pub fn mount_setattr(
-    dir: Option<BorrowedFd<'_>>,
-    path: &CStr,
-    flags: libc::c_int,
-    set: u64,
-    clear: u64,
-    userns: Option<BorrowedFd<'_>>,
-) -> io::Result<()> {
-    let attr = libc::mount_attr {
-        attr_set: set,
-        attr_clr: clear,
+/// What one `mount_setattr(2)` asks: `flags` (`AT_RECURSIVE`,
+/// `AT_EMPTY_PATH`) say which mounts, `set` and `clear` are the
+/// `MOUNT_ATTR_*` bits to set and clear; with `userns`, the id map
+/// `MOUNT_ATTR_IDMAP` applies.
+#[derive(Debug, Clone, Copy)]
+pub struct MountAttr<'a> {
+    pub flags: libc::c_int,
+    pub set: u64,
+    pub clear: u64,
+    pub userns: Option<BorrowedFd<'a>>,
+}
+
+/// `mount_setattr(2)` of the mount at `path` relative to `dir` (the
+/// current directory when `None`).
+pub fn mount_setattr(dir: Option<BorrowedFd<'_>>, path: &CStr, attr: &MountAttr<'_>) -> io::Result<()> {
+    let kernel_attr = libc::mount_attr {
+        attr_set: attr.set,
+        attr_clr: attr.clear,
         propagation: 0,
-        userns_fd: userns.map_or(0, |fd| fd.as_raw_fd() as u64),
+        userns_fd: attr.userns.map_or(0, |fd| fd.as_raw_fd() as u64),
     };
     let dir = dir.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
     // SAFETY: mount_setattr reads the NUL-terminated path and the attribute struct, both borrowed for the call, with the struct's exact size.
@@ -124,8 +127,8 @@ pub fn mount_setattr(
             libc::SYS_mount_setattr,
             dir,
             path.as_ptr(),
-            flags as libc::c_uint,
-            &attr as *const libc::mount_attr,
+            attr.flags as libc::c_uint,
+            &kernel_attr as *const libc::mount_attr,
             std::mem::size_of::<libc::mount_attr>(),
         )
     };

@@ -1,23 +1,11 @@
 //! What a sandboxed command asks of runws over the guard socket costs runws
 //! bounded memory, however large the outputs and however many the calls.
 
-use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::*;
 use crate::sandbox::{Who, skip};
-
-fn wait_for(path: &Path, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if path.exists() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    path.exists()
-}
 
 /// The most resident memory process `pid` has used, in KiB.
 fn peak_kib(pid: u32) -> u64 {
@@ -49,9 +37,9 @@ fn concurrent_gets_of_a_large_output_do_not_grow_runws_memory() {
         .spawn()
         .unwrap();
     let work = env.run_dir("m").join("work");
-    let put = wait_for(&work.join("put"), Duration::from_secs(60));
+    let put = wait_until(Duration::from_secs(60), || work.join("put").exists());
     let base = put.then(|| peak_kib(child.id()));
-    let got = put && wait_for(&work.join("got"), Duration::from_secs(60));
+    let got = put && wait_until(Duration::from_secs(60), || work.join("got").exists());
     let peak = got.then(|| peak_kib(child.id()));
     std::fs::write(work.join("end"), "").unwrap();
     let out = Out::from(child.wait_with_output().unwrap());

@@ -88,13 +88,7 @@ fn a_run_sees_the_old_or_the_new_cache_never_half_of_a_warm() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..1000 {
-        if early_up.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(early_up.exists(), "the early run never started");
+    assert!(wait_until(Duration::from_secs(10), || early_up.exists()), "the early run never started");
     let warmer = env
         .cmd(&["cache", "warm", dir.to_str().unwrap(), "--", "sh", "-c", warm_script])
         .stderr(std::process::Stdio::piped())

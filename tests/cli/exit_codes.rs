@@ -81,13 +81,7 @@ fn signal_forwarded(sig: nix::sys::signal::Signal, want: i32) {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if marker.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(marker.exists(), "the command never started");
+    assert!(wait_until(Duration::from_secs(5), || marker.exists()), "the command never started");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
     let out = Out::from(child.wait_with_output().unwrap());
     out.code(want);

@@ -143,12 +143,9 @@ fn guard_outside_a_run_or_after_it_ended_is_refused() {
     );
     out.ok();
     let code_file = env.run_dir("r").join("work/late-code");
-    for _ in 0..100 {
-        if code_file.exists() && !std::fs::read_to_string(&code_file).unwrap().is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(std::time::Duration::from_secs(5), || {
+        std::fs::read_to_string(&code_file).is_ok_and(|code| !code.is_empty())
+    });
     assert_eq!(std::fs::read_to_string(&code_file).unwrap().trim(), "5");
     assert!(env.manifest("r")["outputs"].as_array().unwrap().is_empty());
     assert!(!env.run_dir("r").join("outputs/late.r").exists());

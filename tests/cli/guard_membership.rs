@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use crate::harness::*;
 
@@ -38,16 +37,6 @@ os.waitpid(pid, 0)
 /// Run A's command: records `out`, then waits for `done`.
 fn run_a_script(done: &Path) -> String {
     format!("printf mine | runws put out || exit 9; while [ ! -e '{}' ]; do sleep 0.02; done", done.display())
-}
-
-fn wait_for(p: &Path) {
-    for _ in 0..1500 {
-        if p.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} never appeared", p.display());
 }
 
 fn check_refused(env: &Env, report: &str) {

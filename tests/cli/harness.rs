@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_runws");
 
@@ -132,6 +133,32 @@ impl Out {
 
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+/// Polls `check` every 2ms until it holds or `limit` has passed; whether
+/// it held at the last look.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    check()
+}
+
+/// Waits (15s at most) for `path` to appear; fails the test when it never
+/// does.
+#[track_caller]
+pub fn wait_for(path: &Path) {
+    assert!(wait_until(Duration::from_secs(15), || path.exists()), "{} never appeared", path.display());
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !matches!(s.rsplit(')').next().unwrap().split_whitespace().next(), Some("Z")))
 }
 
 /// A value that looks like a credential, made at run time so the source

@@ -88,20 +88,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Alive: present in /proc and not a zombie.
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
-}
-
+/// Whether `pid` ended (or is a zombie) within 5s.
 fn wait_gone(pid: i32) -> bool {
-    for _ in 0..100 {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    false
+    wait_until(std::time::Duration::from_secs(5), || !alive(pid))
 }
 
 /// The work: `hi` in hello, committed; a `.env` left behind; a process
@@ -463,18 +452,6 @@ fn lane_run_and_review_run_their_command_in_the_lane_process_itself() {
         .stdout_has("stdin: /dev/null");
 }
 
-/// Polls `done` until it holds, for at most `secs` seconds.
-fn within(secs: u64, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while std::time::Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    false
-}
-
 /// A kit whose eval runs `eval` (after touching `marker`), sealed.
 fn kit_with_eval(env: &Env, lane: &str, eval: &str, marker: &Path) -> PathBuf {
     work(env, lane, "echo hi > hello && git add hello && git commit -qm hello").ok();
@@ -498,12 +475,12 @@ fn an_interrupted_review_ends_by_the_signal_and_records_nothing() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(within(30, || marker.exists()), "the eval never started");
+    assert!(wait_until(std::time::Duration::from_secs(30), || marker.exists()), "the eval never started");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(review.id() as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
     let mut status = None;
     assert!(
-        within(10, || {
+        wait_until(std::time::Duration::from_secs(10), || {
             status = review.try_wait().unwrap();
             status.is_some()
         }),
@@ -538,13 +515,16 @@ fn a_review_waiting_for_a_lock_the_eval_left_held_can_be_stopped() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(within(30, || holder.exists() && marker.exists()), "the eval never ran");
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || holder.exists() && marker.exists()),
+        "the eval never ran"
+    );
     // The eval ends a moment later; the review then waits for the lane's lock.
     std::thread::sleep(std::time::Duration::from_millis(500));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(review.id() as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
     let mut status = None;
-    let stopped = within(10, || {
+    let stopped = wait_until(std::time::Duration::from_secs(10), || {
         status = review.try_wait().unwrap();
         status.is_some()
     });

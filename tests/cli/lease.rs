@@ -19,16 +19,6 @@ fn with_store(env: &Env, store: &Option<String>, args: &[&str]) -> std::process:
     c
 }
 
-fn wait_for(p: &Path) {
-    for _ in 0..1000 {
-        if p.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} never appeared", p.display());
-}
-
 /// `runws publish KEY [--fence N] [--to DIR]` with `bytes` on stdin.
 fn publish(env: &Env, store: &Option<String>, key: &str, fence: u64, to: Option<&Path>, bytes: &[u8]) -> Out {
     let fence = fence.to_string();

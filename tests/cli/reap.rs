@@ -1,25 +1,9 @@
 //! The reaper reclaims only what nobody owns, follows the manifest, and
 //! never leaves the run directory.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::harness::*;
-
-fn wait_for(p: &Path) {
-    for _ in 0..500 {
-        if p.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{} never appeared", p.display());
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !matches!(s.rsplit(')').next().unwrap().split_whitespace().next(), Some("Z")))
-}
 
 /// runws is killed with SIGKILL while its command (and a process group the
 /// command claimed) live on: once the lease expires, reap ends both groups,

@@ -25,17 +25,6 @@ fn big_file(path: &Path, bytes: usize) {
     std::fs::write(path, v).unwrap();
 }
 
-fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    check()
-}
-
 fn quiet(env: &Env, args: &[&str]) -> Child {
     env.cmd(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
 }

@@ -9,21 +9,6 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-fn wait_for(p: &Path) {
-    for _ in 0..1000 {
-        if p.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} never appeared", p.display());
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !matches!(s.rsplit(')').next().unwrap().split_whitespace().next(), Some("Z")))
-}
-
 fn start_time(pid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     s.rsplit(')').next().unwrap().split_whitespace().nth(19).unwrap().parse().unwrap()

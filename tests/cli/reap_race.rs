@@ -3,21 +3,9 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::*;
-
-/// Polls `check` until it holds or `limit` passes.
-fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    check()
-}
 
 /// A run whose runws is killed while its command (and a background
 /// process in its group) lives on, with a lease that is over at once.

@@ -32,6 +32,15 @@ fn edit_after(env: &Env, id: &str, edit: impl FnOnce(&mut serde_json::Value)) {
     std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
 }
 
+/// Runs `script` as run `id` (which must succeed) with a 0.3s lease and
+/// 0.5s more after the script, so runws renews the lease while what the
+/// script did stands; the manifest at the end.
+fn run_past_a_renewal(env: &Env, id: &str, script: &str) -> serde_json::Value {
+    let command = format!("{script}\nsleep 0.5");
+    env.run(&["run", "--run-id", id, "--lease-ttl", "0.3", "--", "sh", "-c", &command]).ok();
+    env.manifest(id)
+}
+
 /// Everything under the test's directory that is not under ROOT, the
 /// outer HOME or the binary copy: what a run must never create.
 fn outside_root(env: &Env) -> Vec<String> {
@@ -210,19 +219,7 @@ fn a_corrupted_manifest_still_gets_the_real_end() {
              m['argv'] = ['forged']; m['lease'] = 5"
         )
     );
-    env.run(&[
-        "run",
-        "--run-id",
-        "owned",
-        "--lease-ttl",
-        "0.3",
-        "--",
-        "sh",
-        "-c",
-        &format!("{script}\nsleep 0.5"),
-    ])
-    .ok();
-    let m = env.manifest("owned");
+    let m = run_past_a_renewal(&env, "owned", &script);
     assert_eq!(m["status"], "succeeded");
     assert_ne!(m["runws"]["pid"], 1);
     assert_ne!(m["child"]["pgid"], 1);
@@ -333,19 +330,7 @@ fn a_forged_record_of_runws_is_dropped_from_the_final_record() {
         "m['checkpoint'] = 7; m['held'] = 'yes'; m['audit'] = 'none'; m['truncated'] = 'all'; \
          m['refused'] = [5, {'at': m['started_at'], 'call': 'import', 'name': 'n', 'run': 'r', 'why': 'w'}]",
     );
-    env.run(&[
-        "run",
-        "--run-id",
-        "forged",
-        "--lease-ttl",
-        "0.3",
-        "--",
-        "sh",
-        "-c",
-        &format!("{script}\nsleep 0.5"),
-    ])
-    .ok();
-    let m = env.manifest("forged");
+    let m = run_past_a_renewal(&env, "forged", &script);
     assert_eq!(m["status"], "succeeded", "{m}");
     for gone in ["checkpoint", "held", "audit", "truncated"] {
         assert!(m.get(gone).is_none(), "{gone}: {m}");

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::sandbox::kernel::fake::Fake;
+use crate::sandbox::kernel::fake::logs::{
+    DEFAULT_LAYOUT, PROC, USER_NAMESPACE, dev_binds, dev_clones, dev_tail,
+};
 use crate::sandbox::mounts::MountOp;
 
 const RUNWS: i32 = 4242;
@@ -66,77 +69,63 @@ fn all() -> Entered {
     Entered { mount: true, pid: true, net: true }
 }
 
+/// The outer init of an ordinary user with `--net none`, call by call.
+fn outer_of_a_user() -> Vec<&'static str> {
+    let rest = [
+        "pdeathsig kill",
+        "unshare newns",
+        "unshare newpid",
+        "unshare newnet",
+        "unshare newipc",
+        "unshare newuts",
+    ];
+    [&["no_new_privs"][..], &USER_NAMESPACE, &rest].concat()
+}
+
+/// The outer init of an ordinary user (uid 1000, in `on` mode) whose
+/// parent is `parent`: what it entered, its calls, and the lines it sent.
+fn enter_as_a_user(kind: Kind, net: Net, parent: i32) -> (Option<Entered>, Vec<String>, Vec<String>) {
+    let fake = Fake::user(1000);
+    fake.set_parent(parent);
+    let mut pipe = Pipe::new(false);
+    let entered = enter_outer(&fake, &plan(kind, true, net), &mut pipe.status).unwrap();
+    (entered, fake.take(), pipe.lines())
+}
+
 /// An ordinary user's sandbox with `--net none`: no new privileges, the
 /// user namespace and its maps, the parent-death signal (after the
 /// credentials changed), then every other namespace.
 #[test]
 fn outer_steps_of_an_ordinary_user() {
-    let fake = Fake::user(1000);
-    fake.set_parent(RUNWS);
-    let mut pipe = Pipe::new(false);
-    let entered = enter_outer(&fake, &plan(Kind::Sandbox, true, Net::None), &mut pipe.status).unwrap();
+    let (entered, log, lines) = enter_as_a_user(Kind::Sandbox, Net::None, RUNWS);
     assert_eq!(entered, Some(all()));
-    assert_eq!(
-        fake.take(),
-        [
-            "no_new_privs",
-            "unshare newuser",
-            r#"write /proc/self/setgroups "deny""#,
-            r#"write /proc/self/uid_map "1000 1000 1\n""#,
-            r#"write /proc/self/gid_map "100 100 1\n""#,
-            "pdeathsig kill",
-            "unshare newns",
-            "unshare newpid",
-            "unshare newnet",
-            "unshare newipc",
-            "unshare newuts",
-        ]
-    );
-    assert!(pipe.lines().is_empty());
+    assert_eq!(log, outer_of_a_user());
+    assert!(lines.is_empty());
 }
 
 /// `--net host` keeps the host's network: no network namespace.
 #[test]
 fn net_host_makes_no_network_namespace() {
-    let fake = Fake::user(1000);
-    fake.set_parent(RUNWS);
-    let mut pipe = Pipe::new(false);
-    let entered = enter_outer(&fake, &plan(Kind::Sandbox, true, Net::Host), &mut pipe.status).unwrap();
+    let (entered, log, _) = enter_as_a_user(Kind::Sandbox, Net::Host, RUNWS);
     assert_eq!(entered, Some(Entered { mount: true, pid: true, net: false }));
-    assert!(!fake.take().iter().any(|l| l.contains("newnet")));
+    assert!(!log.iter().any(|l| l.contains("newnet")));
 }
 
 /// An audit keeps its privileges, IPC and host name: mount and PID
 /// namespaces only.
 #[test]
 fn an_audit_enters_mount_and_pid_namespaces_only() {
-    let fake = Fake::user(1000);
-    fake.set_parent(RUNWS);
-    let mut pipe = Pipe::new(false);
-    enter_outer(&fake, &plan(Kind::Audit, true, Net::Host), &mut pipe.status).unwrap();
-    assert_eq!(
-        fake.take(),
-        [
-            "unshare newuser",
-            r#"write /proc/self/setgroups "deny""#,
-            r#"write /proc/self/uid_map "1000 1000 1\n""#,
-            r#"write /proc/self/gid_map "100 100 1\n""#,
-            "pdeathsig kill",
-            "unshare newns",
-            "unshare newpid",
-        ]
-    );
+    let (_, log, _) = enter_as_a_user(Kind::Audit, Net::Host, RUNWS);
+    assert_eq!(log, [&USER_NAMESPACE[..], &["pdeathsig kill", "unshare newns", "unshare newpid"]].concat());
 }
 
 /// When runws died before the parent-death signal took effect, the outer
 /// init goes no further.
 #[test]
 fn runws_gone_stops_the_outer_init() {
-    let fake = Fake::user(1000);
-    fake.set_parent(1);
-    let mut pipe = Pipe::new(false);
-    assert_eq!(enter_outer(&fake, &plan(Kind::Sandbox, true, Net::None), &mut pipe.status).unwrap(), None);
-    assert_eq!(fake.take().last().unwrap(), "pdeathsig kill");
+    let (entered, log, _) = enter_as_a_user(Kind::Sandbox, Net::None, 1);
+    assert_eq!(entered, None);
+    assert_eq!(log.last().unwrap(), "pdeathsig kill");
 }
 
 /// As root, runws forked the init as PID 1 and made the network namespace
@@ -243,26 +232,15 @@ fn pid1_sets_up_lo_the_mounts_and_proc() {
     let mut pipe = Pipe::new(false);
     set_up(&fake, &plan(Kind::Sandbox, true, Net::None), &mut pipe.status, &all(), 77, Handed::default())
         .unwrap();
-    assert_eq!(
-        fake.take(),
-        [
-            "pdeathsig kill",
-            "socket inet dgram",
-            "ioctl [socket] lo flags up,loopback,running",
-            "mount none on / (rec,private)",
-            "setattr / +ro,nosuid,nodev recursive",
-            "mount tmpfs on /tmp type tmpfs (nosuid,nodev) mode=1777",
-            "mount proc on /proc type proc (rdonly,nosuid,nodev,noexec)",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/kcore",
-            "setattr /proc/kcore +ro,nosuid,nodev,noexec",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/keys",
-            "setattr /proc/keys +ro,nosuid,nodev,noexec",
-            "mount tmpfs on /proc/acpi type tmpfs (nosuid,nodev) mode=555",
-            "setattr /proc/acpi +ro",
-        ]
-    );
+    let mounts = [
+        "pdeathsig kill",
+        "socket inet dgram",
+        "ioctl [socket] lo flags up,loopback,running",
+        "mount none on / (rec,private)",
+        "setattr / +ro,nosuid,nodev recursive",
+        "mount tmpfs on /tmp type tmpfs (nosuid,nodev) mode=1777",
+    ];
+    assert_eq!(fake.take(), [&mounts[..], &PROC].concat());
     // An outer init that died already: its PID 1 goes no further.
     fake.set_parent(1);
     let r =
@@ -500,18 +478,9 @@ fn the_whole_plan_of_an_ordinary_user() {
     filter(&fake, &p, &mut pipe.status).unwrap();
     set_up(&fake, &p, &mut pipe.status, &entered, RUNWS, Handed::default()).unwrap();
     confine(&fake, &p, &mut pipe.status, confined(None, true, 0, Handed::default())).unwrap();
-    let mut want: Vec<String> = [
-        "no_new_privs",
-        "unshare newuser",
-        r#"write /proc/self/setgroups "deny""#,
-        r#"write /proc/self/uid_map "1000 1000 1\n""#,
-        r#"write /proc/self/gid_map "100 100 1\n""#,
-        "pdeathsig kill",
-        "unshare newns",
-        "unshare newpid",
-        "unshare newnet",
-        "unshare newipc",
-        "unshare newuts",
+    let owned = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    let mut want = owned(&outer_of_a_user());
+    want.extend(owned(&[
         // The command, forked early, installs its filter meanwhile.
         "seccomp",
         "pdeathsig kill",
@@ -519,63 +488,26 @@ fn the_whole_plan_of_an_ordinary_user() {
         "ioctl [socket] lo flags up,loopback,running",
         "mount none on / (rec,private)",
         "open /dev (path,directory)",
-    ]
-    .map(String::from)
-    .to_vec();
-    let nodes = ["null", "zero", "full", "random", "urandom", "tty"];
-    want.extend(nodes.map(|n| format!("open_tree /dev/{n} (clone,cloexec)")));
-    want.extend(
-        [
-            "open_tree /r/runs/x (clone,cloexec,recursive)",
-            "open_tree /r/runs/x/work (clone,cloexec,recursive)",
-            "setattr / +ro,nosuid,nodev recursive",
-            "mount tmpfs on /dev type tmpfs (nosuid,nodev,noexec) mode=755",
-        ]
-        .map(String::from),
-    );
-    for n in nodes {
-        want.extend([
-            "mkdir -p /dev".into(),
-            format!("create /dev/{n}"),
-            format!("move_mount [/dev/{n}] to /dev/{n}"),
-            format!("setattr /dev/{n} +nosuid,noexec"),
-        ]);
-    }
-    want.extend(
-        [
-            "mkdir -p /dev",
-            "mkdir /dev/pts",
-            "mount devpts on /dev/pts type devpts (nosuid,noexec) newinstance,ptmxmode=0666,mode=620",
-            "symlink /dev/ptmx -> pts/ptmx",
-            "symlink /dev/fd -> /proc/self/fd",
-            "symlink /dev/stdin -> /proc/self/fd/0",
-            "symlink /dev/stdout -> /proc/self/fd/1",
-            "symlink /dev/stderr -> /proc/self/fd/2",
-            "mount tmpfs on /tmp type tmpfs (nosuid,nodev) mode=1777",
-            "mount tmpfs on /home/ann type tmpfs (nosuid,nodev) mode=755",
-            "move_mount [/r/runs/x] to /r/runs/x",
-            "setattr /r/runs/x +ro,nosuid,nodev recursive",
-            "move_mount [/r/runs/x/work] to /r/runs/x/work",
-            "setattr /r/runs/x/work +nosuid,nodev recursive",
-            "setattr /dev +ro",
-            "setattr /home/ann +ro",
-            "mount proc on /proc type proc (rdonly,nosuid,nodev,noexec)",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/kcore",
-            "setattr /proc/kcore +ro,nosuid,nodev,noexec",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/keys",
-            "setattr /proc/keys +ro,nosuid,nodev,noexec",
-            "mount tmpfs on /proc/acpi type tmpfs (nosuid,nodev) mode=555",
-            "setattr /proc/acpi +ro",
-            "chdir /src",
-            "close_range 3.. cloexec",
-            "capbset drop all",
-            "ambient clear",
-            "capset none",
-        ]
-        .map(String::from),
-    );
+    ]));
+    want.extend(dev_clones());
+    want.extend(owned(&[
+        "open_tree /r/runs/x (clone,cloexec,recursive)",
+        "open_tree /r/runs/x/work (clone,cloexec,recursive)",
+        "setattr / +ro,nosuid,nodev recursive",
+        "mount tmpfs on /dev type tmpfs (nosuid,nodev,noexec) mode=755",
+    ]));
+    want.extend(dev_binds());
+    want.extend(dev_tail());
+    want.extend(owned(&DEFAULT_LAYOUT));
+    want.extend(owned(&["setattr /dev +ro", "setattr /home/ann +ro"]));
+    want.extend(owned(&PROC));
+    want.extend(owned(&[
+        "chdir /src",
+        "close_range 3.. cloexec",
+        "capbset drop all",
+        "ambient clear",
+        "capset none",
+    ]));
     assert_eq!(fake.take(), want);
     assert!(pipe.lines().is_empty());
 }

@@ -23,7 +23,7 @@ use nix::mount::MsFlags;
 use nix::sched::CloneFlags;
 use rustix::mount::OpenTreeFlags;
 
-use super::Kernel;
+use super::{Kernel, Mount, MountAttr};
 use crate::sandbox::refused::Refused;
 
 /// What is at a path of the model.
@@ -58,7 +58,7 @@ pub struct Fake {
 }
 
 /// The host's device nodes as Linux numbers them (`null` is 1:3, ...).
-const HOST_DEV: &[(&str, u64, u64)] =
+pub const HOST_DEV: &[(&str, u64, u64)] =
     &[("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
 
 impl Fake {
@@ -351,24 +351,17 @@ impl Kernel for Fake {
         self.call(format!("ioctl {sock} {name} flags {}", interface_names(flags))).map_err(io_err)
     }
 
-    fn mount(
-        &self,
-        source: Option<&str>,
-        target: &Path,
-        fstype: Option<&str>,
-        flags: MsFlags,
-        data: Option<&str>,
-    ) -> nix::Result<()> {
-        let mut line = format!("mount {} on {}", source.unwrap_or("none"), target.display());
-        if let Some(t) = fstype {
+    fn mount(&self, target: &Path, m: &Mount<'_>) -> nix::Result<()> {
+        let mut line = format!("mount {} on {}", m.source.unwrap_or("none"), target.display());
+        if let Some(t) = m.fstype {
             line.push_str(&format!(" type {t}"));
         }
-        line.push_str(&format!(" ({})", ms_names(flags)));
-        if let Some(d) = data {
+        line.push_str(&format!(" ({})", ms_names(m.flags)));
+        if let Some(d) = m.data {
             line.push_str(&format!(" {d}"));
         }
         self.call_or(line, self.missing(target)).map_err(nix_err)?;
-        if matches!(fstype, Some("tmpfs" | "devpts")) {
+        if matches!(m.fstype, Some("tmpfs" | "devpts")) {
             self.files.borrow_mut().retain(|p, _| p == target || !p.starts_with(target));
             self.add(target, Node::Dir);
         }
@@ -393,15 +386,8 @@ impl Kernel for Fake {
             .map_err(rustix_err)
     }
 
-    fn mount_setattr(
-        &self,
-        tree: Option<&Fd>,
-        path: &CStr,
-        flags: libc::c_int,
-        set: u64,
-        clear: u64,
-        userns: Option<BorrowedFd<'_>>,
-    ) -> io::Result<()> {
+    fn mount_setattr(&self, tree: Option<&Fd>, path: &CStr, attr: &MountAttr<'_>) -> io::Result<()> {
+        let MountAttr { flags, set, clear, userns } = *attr;
         let mut line = match tree {
             Some(tree) if path.is_empty() => format!("setattr {tree}"),
             Some(tree) => format!("setattr {tree}/{}", text(path)),
@@ -502,5 +488,89 @@ impl Kernel for Fake {
         self.call_or(format!("symlink {} -> {to}", link.display()), self.creating(link)).map_err(io_err)?;
         self.add(link, Node::Link(to.into()));
         Ok(())
+    }
+}
+
+/// Runs of log lines that the tests of more than one step expect, written
+/// once: the user namespace of uid 1000 (gid 100), the default layout,
+/// the sandbox's `/proc` on this model, and the parts of a private `/dev`.
+pub mod logs {
+    use super::HOST_DEV;
+
+    /// `ns::enter_user_namespace` of uid 1000 and gid 100.
+    pub const USER_NAMESPACE: [&str; 4] = [
+        "unshare newuser",
+        r#"write /proc/self/setgroups "deny""#,
+        r#"write /proc/self/uid_map "1000 1000 1\n""#,
+        r#"write /proc/self/gid_map "100 100 1\n""#,
+    ];
+
+    /// `mounts::proc_fs` then `mounts::mask_proc`, on a `/proc` that has
+    /// `kcore`, `keys` and `acpi` of the masked entries.
+    pub const PROC: [&str; 9] = [
+        "mount proc on /proc type proc (rdonly,nosuid,nodev,noexec)",
+        "open_tree /dev/null (clone,cloexec,recursive)",
+        "move_mount [/dev/null] to /proc/kcore",
+        "setattr /proc/kcore +ro,nosuid,nodev,noexec",
+        "open_tree /dev/null (clone,cloexec,recursive)",
+        "move_mount [/dev/null] to /proc/keys",
+        "setattr /proc/keys +ro,nosuid,nodev,noexec",
+        "mount tmpfs on /proc/acpi type tmpfs (nosuid,nodev) mode=555",
+        "setattr /proc/acpi +ro",
+    ];
+
+    /// The default layout of an ordinary user (run directory `/r/runs/x`),
+    /// placed: a private `/tmp`, the home hidden, the run directory
+    /// read-only at its top and writable in `work/`.
+    pub const DEFAULT_LAYOUT: [&str; 6] = [
+        "mount tmpfs on /tmp type tmpfs (nosuid,nodev) mode=1777",
+        "mount tmpfs on /home/ann type tmpfs (nosuid,nodev) mode=755",
+        "move_mount [/r/runs/x] to /r/runs/x",
+        "setattr /r/runs/x +ro,nosuid,nodev recursive",
+        "move_mount [/r/runs/x/work] to /r/runs/x/work",
+        "setattr /r/runs/x/work +nosuid,nodev recursive",
+    ];
+
+    /// The host's nodes a private `/dev` shows, as `/dev` names them.
+    pub fn dev_nodes() -> impl Iterator<Item = &'static str> {
+        HOST_DEV.iter().map(|(name, _, _)| *name)
+    }
+
+    /// A clone of each host node, taken before the tree is `nodev`.
+    pub fn dev_clones() -> Vec<String> {
+        dev_nodes().map(|n| format!("open_tree /dev/{n} (clone,cloexec)")).collect()
+    }
+
+    /// Each early clone bound onto a file made for it in the `/dev` tmpfs.
+    pub fn dev_binds() -> Vec<String> {
+        let mut out = Vec::new();
+        for n in dev_nodes() {
+            out.extend([
+                "mkdir -p /dev".into(),
+                format!("create /dev/{n}"),
+                format!("move_mount [/dev/{n}] to /dev/{n}"),
+                format!("setattr /dev/{n} +nosuid,noexec"),
+            ]);
+        }
+        out
+    }
+
+    /// The end of every private `/dev`: its devpts and its links.
+    pub fn dev_tail() -> Vec<String> {
+        let mut out = vec![
+            "mkdir -p /dev".to_string(),
+            "mkdir /dev/pts".into(),
+            "mount devpts on /dev/pts type devpts (nosuid,noexec) newinstance,ptmxmode=0666,mode=620".into(),
+        ];
+        for (name, to) in [
+            ("ptmx", "pts/ptmx"),
+            ("fd", "/proc/self/fd"),
+            ("stdin", "/proc/self/fd/0"),
+            ("stdout", "/proc/self/fd/1"),
+            ("stderr", "/proc/self/fd/2"),
+        ] {
+            out.push(format!("symlink /dev/{name} -> {to}"));
+        }
+        out
     }
 }

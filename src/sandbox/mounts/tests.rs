@@ -4,7 +4,8 @@ use std::fs::File;
 use std::os::fd::AsFd;
 
 use super::*;
-use crate::sandbox::kernel::fake::{Fake, Node};
+use crate::sandbox::kernel::fake::logs::{DEFAULT_LAYOUT, PROC, dev_binds, dev_clones, dev_tail};
+use crate::sandbox::kernel::fake::{Fake, HOST_DEV, Node};
 
 fn tmpfs_op(target: &str, mode: u32, writable: bool) -> MountOp {
     MountOp::Tmpfs { target: target.into(), mode, writable }
@@ -37,21 +38,15 @@ fn read_only_root_private_tmp_hidden_home() {
         bind(RUN, false, true),
         bind(&format!("{RUN}/work"), true, false),
     ];
+    let cloned = [
+        "mount none on / (rec,private)",
+        "open_tree /r/runs/x (clone,cloexec,recursive)",
+        "open_tree /r/runs/x/work (clone,cloexec,recursive)",
+        "setattr / +ro,nosuid,nodev recursive",
+    ];
     assert_eq!(
         built(&fake, &ops, None).unwrap(),
-        [
-            "mount none on / (rec,private)",
-            "open_tree /r/runs/x (clone,cloexec,recursive)",
-            "open_tree /r/runs/x/work (clone,cloexec,recursive)",
-            "setattr / +ro,nosuid,nodev recursive",
-            "mount tmpfs on /tmp type tmpfs (nosuid,nodev) mode=1777",
-            "mount tmpfs on /home/ann type tmpfs (nosuid,nodev) mode=755",
-            "move_mount [/r/runs/x] to /r/runs/x",
-            "setattr /r/runs/x +ro,nosuid,nodev recursive",
-            "move_mount [/r/runs/x/work] to /r/runs/x/work",
-            "setattr /r/runs/x/work +nosuid,nodev recursive",
-            "setattr /home/ann +ro",
-        ]
+        [&cloned[..], &DEFAULT_LAYOUT, &["setattr /home/ann +ro"]].concat()
     );
 }
 
@@ -181,34 +176,6 @@ fn hidden_files() {
     );
 }
 
-/// Every node a private `/dev` holds, and its links.
-fn dev_tail() -> Vec<String> {
-    let mut out = vec![
-        "mkdir -p /dev".to_string(),
-        "mkdir /dev/pts".into(),
-        "mount devpts on /dev/pts type devpts (nosuid,noexec) newinstance,ptmxmode=0666,mode=620".into(),
-    ];
-    for (name, to) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        out.push(format!("symlink /dev/{name} -> {to}"));
-    }
-    out
-}
-
-const NODES: [(&str, &str); 6] = [
-    ("null", "1:3"),
-    ("zero", "1:5"),
-    ("full", "1:7"),
-    ("random", "1:8"),
-    ("urandom", "1:9"),
-    ("tty", "5:0"),
-];
-
 /// Root of the host makes the private `/dev`'s nodes with `mknod` on a
 /// tmpfs that allows device nodes, then makes it read-only.
 #[test]
@@ -220,8 +187,8 @@ fn private_dev_as_root_makes_its_nodes() {
         "setattr / +ro,nosuid,nodev recursive".into(),
         "mount tmpfs on /dev type tmpfs (nosuid,noexec) mode=755".into(),
     ];
-    for (name, dev) in NODES {
-        want.push(format!("mknod /dev/{name} c {dev} 666"));
+    for (name, major, minor) in HOST_DEV {
+        want.push(format!("mknod /dev/{name} c {major}:{minor} 666"));
         want.push(format!("chmod /dev/{name} 666"));
     }
     want.extend(dev_tail());
@@ -239,17 +206,10 @@ fn private_dev_in_a_user_namespace_binds_the_host_nodes() {
     let fake = Fake::user(1000);
     let mut want: Vec<String> =
         vec!["mount none on / (rec,private)".into(), "open /dev (path,directory)".into()];
-    for (name, _) in NODES {
-        want.push(format!("open_tree /dev/{name} (clone,cloexec)"));
-    }
+    want.extend(dev_clones());
     want.push("setattr / +ro,nosuid,nodev recursive".into());
     want.push("mount tmpfs on /dev type tmpfs (nosuid,nodev,noexec) mode=755".into());
-    for (name, _) in NODES {
-        want.push("mkdir -p /dev".into());
-        want.push(format!("create /dev/{name}"));
-        want.push(format!("move_mount [/dev/{name}] to /dev/{name}"));
-        want.push(format!("setattr /dev/{name} +nosuid,noexec"));
-    }
+    want.extend(dev_binds());
     want.extend(dev_tail());
     want.push("setattr /dev +ro".into());
     assert_eq!(built(&fake, &[MountOp::Dev { target: "/dev".into() }], None).unwrap(), want);
@@ -304,20 +264,7 @@ fn proc_is_read_only_and_masked() {
     let fake = Fake::new();
     proc_fs(&fake).unwrap();
     mask_proc(&fake).unwrap();
-    assert_eq!(
-        fake.take(),
-        [
-            "mount proc on /proc type proc (rdonly,nosuid,nodev,noexec)",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/kcore",
-            "setattr /proc/kcore +ro,nosuid,nodev,noexec",
-            "open_tree /dev/null (clone,cloexec,recursive)",
-            "move_mount [/dev/null] to /proc/keys",
-            "setattr /proc/keys +ro,nosuid,nodev,noexec",
-            "mount tmpfs on /proc/acpi type tmpfs (nosuid,nodev) mode=555",
-            "setattr /proc/acpi +ro",
-        ]
-    );
+    assert_eq!(fake.take(), PROC);
     fake.refuse("move_mount [/dev/null] to /proc/keys", libc::EPERM);
     let err = mask_proc(&fake).unwrap_err().to_string();
     assert_eq!(
@@ -341,6 +288,15 @@ fn cache_op(userxattr: bool) -> MountOp {
     }
 }
 
+/// The mount of [`cache_op`]'s overlay, with its upper and work layers
+/// at the descriptor paths `upper` and `work`.
+fn overlay_mounted(upper: &str, work: &str) -> String {
+    format!(
+        "mount overlay on /cache type overlay (nosuid,nodev) lowerdir=/proc/self/fd/[/var/cache/cargo],\
+         upperdir=/proc/self/fd/{upper},workdir=/proc/self/fd/{work}"
+    )
+}
+
 /// A `--cache` of an ordinary user: its lower layer is opened before
 /// anything is hidden, and the overlay is placed after every other mount
 /// (the run's writable `cache/` holds its layers), with paths passed as
@@ -351,23 +307,19 @@ fn caches_are_overlays_placed_last() {
     fake.dir("/var/cache/cargo").dir("/cache").dir(&format!("{RUN}/cache/.runws-overlay/0/upper"));
     fake.dir(&format!("{RUN}/cache/.runws-overlay/0/work"));
     let ops = [cache_op(true), bind(&format!("{RUN}/cache"), true, false)];
-    assert_eq!(
-        built(&fake, &ops, None).unwrap(),
-        [
-            "mount none on / (rec,private)",
-            "open /var/cache/cargo (path,directory)",
-            "open_tree /r/runs/x/cache (clone,cloexec,recursive)",
-            "setattr / +ro,nosuid,nodev recursive",
-            "move_mount [/r/runs/x/cache] to /r/runs/x/cache",
-            "setattr /r/runs/x/cache +nosuid,nodev recursive",
-            "open /r/runs/x/cache/.runws-overlay/0/upper (path,directory)",
-            "open /r/runs/x/cache/.runws-overlay/0/work (path,directory)",
-            "mount overlay on /cache type overlay (nosuid,nodev) \
-             lowerdir=/proc/self/fd/[/var/cache/cargo],\
-             upperdir=/proc/self/fd/[/r/runs/x/cache/.runws-overlay/0/upper],\
-             workdir=/proc/self/fd/[/r/runs/x/cache/.runws-overlay/0/work],userxattr",
-        ]
-    );
+    let layers = ["[/r/runs/x/cache/.runws-overlay/0/upper]", "[/r/runs/x/cache/.runws-overlay/0/work]"];
+    let overlay = overlay_mounted(layers[0], layers[1]) + ",userxattr";
+    let steps = [
+        "mount none on / (rec,private)",
+        "open /var/cache/cargo (path,directory)",
+        "open_tree /r/runs/x/cache (clone,cloexec,recursive)",
+        "setattr / +ro,nosuid,nodev recursive",
+        "move_mount [/r/runs/x/cache] to /r/runs/x/cache",
+        "setattr /r/runs/x/cache +nosuid,nodev recursive",
+        "open /r/runs/x/cache/.runws-overlay/0/upper (path,directory)",
+        "open /r/runs/x/cache/.runws-overlay/0/work (path,directory)",
+    ];
+    assert_eq!(built(&fake, &ops, None).unwrap(), [&steps[..], &[overlay.as_str()]].concat());
 }
 
 /// As root, a cache's lower layer is an id-mapped clone and its layers a
@@ -378,19 +330,18 @@ fn caches_as_root_go_through_id_mapped_clones() {
     fake.dir("/var/cache/cargo").dir("/cache").dir(&format!("{RUN}/cache/.runws-overlay/0/upper"));
     let userns = File::open("/dev/null").unwrap();
     fake.name_fd(userns.as_fd(), "userns");
+    let layers = ["[/r/runs/x/cache/.runws-overlay/0]/upper", "[/r/runs/x/cache/.runws-overlay/0]/work"];
+    let overlay = overlay_mounted(layers[0], layers[1]);
+    let steps = [
+        "mount none on / (rec,private)",
+        "open_tree /var/cache/cargo (clone,cloexec,recursive)",
+        "setattr [/var/cache/cargo] +idmap recursive userns=userns",
+        "open_tree /r/runs/x/cache/.runws-overlay/0 (clone,cloexec,recursive)",
+        "setattr / +ro,nosuid,nodev recursive",
+    ];
     assert_eq!(
         built(&fake, &[cache_op(false)], Some(userns.as_fd())).unwrap(),
-        [
-            "mount none on / (rec,private)",
-            "open_tree /var/cache/cargo (clone,cloexec,recursive)",
-            "setattr [/var/cache/cargo] +idmap recursive userns=userns",
-            "open_tree /r/runs/x/cache/.runws-overlay/0 (clone,cloexec,recursive)",
-            "setattr / +ro,nosuid,nodev recursive",
-            "mount overlay on /cache type overlay (nosuid,nodev) \
-             lowerdir=/proc/self/fd/[/var/cache/cargo],\
-             upperdir=/proc/self/fd/[/r/runs/x/cache/.runws-overlay/0]/upper,\
-             workdir=/proc/self/fd/[/r/runs/x/cache/.runws-overlay/0]/work",
-        ]
+        [&steps[..], &[overlay.as_str()]].concat()
     );
 }
 

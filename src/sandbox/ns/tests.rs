@@ -6,6 +6,7 @@ use std::os::fd::AsFd;
 
 use super::*;
 use crate::sandbox::kernel::fake::Fake;
+use crate::sandbox::kernel::fake::logs::USER_NAMESPACE;
 
 /// The user namespace first, then `setgroups` denied before `gid_map` is
 /// written, the ids mapped to themselves.
@@ -13,15 +14,7 @@ use crate::sandbox::kernel::fake::Fake;
 fn a_user_namespace_maps_the_ids_to_themselves() {
     let fake = Fake::user(1000);
     enter_user_namespace(&fake, 1000, 100).unwrap();
-    assert_eq!(
-        fake.take(),
-        [
-            "unshare newuser",
-            r#"write /proc/self/setgroups "deny""#,
-            r#"write /proc/self/uid_map "1000 1000 1\n""#,
-            r#"write /proc/self/gid_map "100 100 1\n""#,
-        ]
-    );
+    assert_eq!(fake.take(), USER_NAMESPACE);
 }
 
 /// Each way the kernel refuses a user namespace is named for the user.
