@@ -391,8 +391,10 @@ fn a_killed_holder_loses_its_lease_at_expiry_and_tokens_keep_growing() {
                 "run",
                 "--lease",
                 &key,
+                // Long enough that the lease is still held right after
+                // the kill on a loaded machine.
                 "--lease-ttl",
-                "0.5",
+                "2",
                 "--",
                 "sh",
                 "-c",
@@ -408,14 +410,14 @@ fn a_killed_holder_loses_its_lease_at_expiry_and_tokens_keep_growing() {
         Out::from(with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B"]).output().unwrap())
             .code(75);
         let b = Out::from(
-            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B", "--wait", "5s"])
+            with_store(&env, &store, &["lease", "acquire", &key, "--holder", "B", "--wait", "10s"])
                 .output()
                 .unwrap(),
         );
         b.ok();
         assert_eq!(b.stdout.trim(), "2");
         // The orphaned command is the reaper's business once the run's lease is gone.
-        std::thread::sleep(Duration::from_millis(600));
+        std::thread::sleep(Duration::from_millis(2200));
         env.run(&["reap", "--grace", "0.5s"]).ok();
     }
 }

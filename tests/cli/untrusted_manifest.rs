@@ -13,12 +13,18 @@ use crate::harness::*;
 fn self_edit(edit: &str) -> String {
     format!(
         r#"python3 - <<'EOF'
-import json, os
+import fcntl, json, os
+# Under the run directory's lock, as runws changes the manifest: a renewal
+# of runws's between this read and the rename would otherwise be lost, or
+# replace this edit.
+d = os.open(os.environ["RUNWS_DIR"], os.O_RDONLY)
+fcntl.flock(d, fcntl.LOCK_EX)
 p = os.path.join(os.environ["RUNWS_DIR"], "manifest.json")
 m = json.load(open(p))
 {edit}
 open(p + ".new", "w").write(json.dumps(m))
 os.rename(p + ".new", p)
+fcntl.flock(d, fcntl.LOCK_UN)
 EOF"#
     )
 }
