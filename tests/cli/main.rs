@@ -45,4 +45,5 @@ mod scan_recall;
 mod seal;
 mod source_rules;
 mod untrusted_manifest;
+mod where_it_runs;
 mod worktree;
