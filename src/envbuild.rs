@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
+pub mod size;
+
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::{EnvRecord, PortRecord};
 

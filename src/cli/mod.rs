@@ -438,7 +438,7 @@ pub struct RunArgs {
     #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
     pub allow_import: Vec<String>,
 
-    /// Send SIGTERM to the command's process group after DUR; exit 124 (0: no timeout)
+    /// Send SIGTERM to the command's process group after DUR, saying so on stderr; exit 124 (0: no timeout)
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub timeout: Option<std::time::Duration>,
 

@@ -272,6 +272,7 @@ fn make(
         child::resolve(&req.command[0], &path_var, invoked_from)?
     };
     m.program = Some(program.display().to_string());
+    envbuild::size::check(&env.vars, &m.env, &program, &req.command)?;
 
     let capture = if req.capture { Some(Capture::open(run)?) } else { None };
     let (stdout, stderr) = match &capture {

@@ -40,6 +40,7 @@ mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
 mod sandbox_lease;
+mod says_why;
 mod scan_archives;
 mod scan_recall;
 mod seal;
