@@ -403,8 +403,9 @@ pub struct RunArgs {
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
 
-    /// Copy KEY from runws's own environment (an absent KEY is recorded as absent)
-    #[arg(long = "pass", value_name = "KEY")]
+    /// Copy KEY from runws's own environment (an absent KEY is recorded as absent); a glob
+    /// (`GITHUB_*`, `CI_?`) copies every variable it matches
+    #[arg(long = "pass", value_name = "KEY|GLOB")]
     pub pass: Vec<String>,
 
     /// Read KEY=VALUE lines from FILE (`#` comments and blank lines skipped)
