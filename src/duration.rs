@@ -37,6 +37,11 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A duration as the options take it: `5s`, `1m30s`, `500ms`.
+pub fn show(d: Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
 fn too_long(s: &str) -> String {
     format!("`{s}` is longer than the longest duration, {}s (about 31 years)", MAX.as_secs())
 }

@@ -11,6 +11,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
+pub mod size;
+
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::{EnvRecord, PortRecord};
 
@@ -27,8 +29,71 @@ pub struct RunPaths<'a> {
 
 /// A grant the user asked for.
 pub enum Grant {
-    Value { key: String, value: OsString, source: &'static str },
-    Pass { key: String },
+    Value {
+        key: String,
+        value: OsString,
+        source: &'static str,
+    },
+    Pass {
+        key: String,
+    },
+    /// A `--pass` glob, recorded by itself: whether it matched anything (the
+    /// variables it matched are [`Grant::Pass`] grants of their own).
+    Glob {
+        pattern: String,
+        matched: bool,
+    },
+}
+
+/// Whether `--pass` was given a glob (`GITHUB_*`, `AWS_?`) rather than a name.
+pub fn is_glob(key: &str) -> bool {
+    key.contains(['*', '?'])
+}
+
+/// Expands a `--pass` glob over `names` (runws's own environment): `*`
+/// matches any run of characters, `?` one; every other character itself.
+/// Variables runws sets for every run are never matched. The names matched,
+/// sorted, and the grants: each name its own, then the glob's.
+pub fn expand_glob(pattern: &str, names: impl Iterator<Item = OsString>) -> Result<Vec<Grant>> {
+    let ok = pattern.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'*' | b'?'))
+        && !pattern.is_empty();
+    if !ok {
+        return Err(Error::Usage(format!(
+            "`{}` is not a variable name or glob (letters, digits, `_`, `*` and `?`)",
+            pattern.escape_debug()
+        )));
+    }
+    let mut keys: Vec<String> = names
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| glob_matches(pattern.as_bytes(), n.as_bytes()) && check_key(n).is_ok())
+        .collect();
+    keys.sort();
+    let matched = !keys.is_empty();
+    let mut grants: Vec<Grant> = keys.into_iter().map(|key| Grant::Pass { key }).collect();
+    grants.push(Grant::Glob { pattern: pattern.to_string(), matched });
+    Ok(grants)
+}
+
+/// `*` and `?` over bytes, as the shell's patterns without brackets.
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, n));
+            p += 1;
+        } else if let Some((sp, sn)) = star {
+            p = sp + 1;
+            n = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&b| b == b'*')
 }
 
 /// The environment, ordered by name, and its record for the manifest.
@@ -177,8 +242,23 @@ pub fn build(paths: &RunPaths<'_>, grants: Vec<Grant>) -> Result<ChildEnv> {
         .map(|k| EnvRecord { name: k.clone(), granted: false, source: "runws".into(), present: true })
         .collect();
 
+    // The time zone is no secret, and cron users rely on it: passed when set.
+    if let Some(tz) = std::env::var_os("TZ") {
+        vars.insert("TZ".into(), tz);
+        record.push(EnvRecord { name: "TZ".into(), granted: false, source: "runws".into(), present: true });
+    }
+
     for grant in grants {
         let (key, value, source) = match grant {
+            Grant::Glob { pattern, matched } => {
+                record.push(EnvRecord {
+                    name: pattern,
+                    granted: true,
+                    source: "pass".into(),
+                    present: matched,
+                });
+                continue;
+            }
             Grant::Value { key, value, source } => (key, Some(value), source),
             Grant::Pass { key } => {
                 check_key(&key)?;
@@ -223,6 +303,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn globs() {
+        for (p, n, want) in [
+            ("GITHUB_*", "GITHUB_SHA", true),
+            ("GITHUB_*", "GITHUB_", true),
+            ("GITHUB_*", "XGITHUB_SHA", false),
+            ("A?C", "ABC", true),
+            ("A?C", "AC", false),
+            ("*_TOKEN", "CI_JOB_TOKEN", true),
+            ("*", "ANY", true),
+            ("A*B*C", "AxxBxxC", true),
+            ("A*B*C", "AxxBxx", false),
+        ] {
+            assert_eq!(glob_matches(p.as_bytes(), n.as_bytes()), want, "{p} {n}");
+        }
+        let names = ["GITHUB_SHA", "GITHUB_REF", "HOME", "PATH", "OTHER"].map(OsString::from);
+        let got = expand_glob("*", names.clone().into_iter()).unwrap();
+        let keys: Vec<&str> = got
+            .iter()
+            .filter_map(|g| match g {
+                Grant::Pass { key } => Some(key.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(keys, ["GITHUB_REF", "GITHUB_SHA", "OTHER"]);
+        assert!(expand_glob("GIT-*", names.into_iter()).is_err());
+    }
+
+    #[test]
     fn keys() {
         check_key("FOO_1").unwrap();
         check_key("_x").unwrap();
@@ -243,7 +351,7 @@ mod tests {
             .into_iter()
             .map(|g| match g {
                 Grant::Value { key, value, .. } => (key, value.into_string().unwrap()),
-                Grant::Pass { .. } => unreachable!(),
+                Grant::Pass { .. } | Grant::Glob { .. } => unreachable!(),
             })
             .collect();
         assert_eq!(

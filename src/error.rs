@@ -92,10 +92,18 @@ pub enum Error {
         source: io::Error,
     },
 
-    #[error("sealing stopped at `{}`: more than {limit} {what}", crate::shown::path(path))]
-    PackBudget { path: PathBuf, what: &'static str, limit: u64 },
+    /// `raise`: the option that raises the limit, when one does.
+    #[error(
+        "sealing stopped at `{}`: more than {limit} {what}{}",
+        crate::shown::path(path),
+        raise.map(|o| format!("; raise `{o}` to allow more")).unwrap_or_default()
+    )]
+    PackBudget { path: PathBuf, what: &'static str, limit: u64, raise: Option<&'static str> },
 
-    #[error("sealing ran past its deadline at `{}`", crate::shown::path(path))]
+    #[error(
+        "sealing ran past its deadline at `{}`; raise `--deadline` to allow more time",
+        crate::shown::path(path)
+    )]
     PackDeadline { path: PathBuf },
 
     #[error("symlink `{}` -> `{target}` leaves the run directory", crate::shown::path(path))]

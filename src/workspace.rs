@@ -145,6 +145,17 @@ impl AsRef<Path> for Root {
 }
 
 impl Root {
+    /// Refuses a ROOT that does not exist, for commands that only read runs
+    /// back (`ls`, `show`): a mistyped `--root` is not an empty list.
+    pub fn must_exist(&self) -> Result<()> {
+        match std::fs::symlink_metadata(&self.0) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::Other(format!("no root at `{}`: it does not exist", crate::shown::path(&self.0))))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The ROOT of which `run_dir` is `runs/<run_id>`, judged by its path
     /// alone (absolute, and named so); `None` for any other path.
     pub fn of_run_dir(run_dir: &Path, run_id: &str) -> Option<Root> {

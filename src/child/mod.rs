@@ -403,12 +403,21 @@ pub fn watch(pid: Pid, mut w: Watch<'_>) -> Result<Watched> {
             // A stopped process cannot act on SIGTERM.
             signal_group(pid, Signal::SIGCONT);
             kill_at = w.kill_after.map(|k| now + k);
+            // As a cron log or CI step should show it, not only as exit 124.
+            eprintln!(
+                "runws: timed out after {}; sent SIGTERM to the command's group",
+                crate::duration::show(w.timeout.unwrap_or_default())
+            );
         }
         if let Some(k) = kill_at
             && now >= k
         {
             signal_group(pid, Signal::SIGKILL);
             kill_at = None;
+            eprintln!(
+                "runws: the command's group outlived --kill-after {}; sent SIGKILL",
+                crate::duration::show(w.kill_after.unwrap_or_default())
+            );
         }
         if now >= next_renew {
             (w.renew)();

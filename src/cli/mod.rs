@@ -319,7 +319,9 @@ pub enum LeaseCommand {
     /// Take the lease on KEY and print its fencing token (exit 75 when held)
     #[command(long_about = "Take the lease on KEY when it is free or expired, and print its fencing \
 token: strictly greater than every token ever issued for KEY. When someone else holds it, wait \
-up to --wait (default: not at all, like `flock -n`), then exit 75 naming the holder.")]
+up to --wait (default: not at all, like `flock -n`), then exit 75 naming the holder. stdout is \
+the token alone; the holder taken is said on stderr. `lease renew` and `lease release` from the \
+same shell default to the same holder.")]
     Acquire {
         key: String,
         /// Who holds it (default: HOST:PPID, the calling shell)
@@ -336,7 +338,7 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
 the run's own lease for the command, for at most the run's --lease-ttl.")]
     Renew {
         key: String,
-        /// Who holds it [default: the run's holder, inside `run --lease KEY`]
+        /// Who holds it [default: the run's holder inside `run --lease KEY`, else HOST:PPID, the calling shell]
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
@@ -345,8 +347,9 @@ the run's own lease for the command, for at most the run's --lease-ttl.")]
     /// Give the lease up (only its holder can)
     Release {
         key: String,
+        /// Who holds it [default: the run's holder inside `run --lease KEY`, else HOST:PPID, the calling shell]
         #[arg(long, value_name = "ID")]
-        holder: String,
+        holder: Option<String>,
     },
     /// Show the holder, the token and when the lease expires
     Show {
@@ -400,8 +403,9 @@ pub struct RunArgs {
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
 
-    /// Copy KEY from runws's own environment (an absent KEY is recorded as absent)
-    #[arg(long = "pass", value_name = "KEY")]
+    /// Copy KEY from runws's own environment (an absent KEY is recorded as absent); a glob
+    /// (`GITHUB_*`, `CI_?`) copies every variable it matches
+    #[arg(long = "pass", value_name = "KEY|GLOB")]
     pub pass: Vec<String>,
 
     /// Read KEY=VALUE lines from FILE (`#` comments and blank lines skipped)
@@ -438,7 +442,7 @@ pub struct RunArgs {
     #[arg(long = "allow-import", value_name = "RUN|job:NAME")]
     pub allow_import: Vec<String>,
 
-    /// Send SIGTERM to the command's process group after DUR; exit 124 (0: no timeout)
+    /// Send SIGTERM to the command's process group after DUR, saying so on stderr; exit 124 (0: no timeout)
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true)]
     pub timeout: Option<std::time::Duration>,
 

@@ -13,6 +13,7 @@ use crate::guard::Guard;
 use crate::guard::remote::Remote;
 use crate::manifest;
 use crate::procinfo;
+use crate::shown;
 use crate::store::{self, LeaseInfo, PublishOutcome, Store};
 use crate::workspace;
 
@@ -29,8 +30,9 @@ pub fn open(root: Option<&Path>, store: Option<&str>) -> anyhow::Result<Box<dyn 
     Ok(store::open(&url)?)
 }
 
-/// The default holder of a lease taken from the command line: the calling
-/// process (the shell script), on this host.
+/// The default holder of a lease taken, renewed or released from the
+/// command line: the calling process (the shell script), on this host, so
+/// that one script's `acquire` and `release` name the same holder.
 fn default_holder() -> String {
     format!("{}:{}", procinfo::hostname(), nix::unistd::getppid())
 }
@@ -61,16 +63,19 @@ pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> any
         LeaseCommand::Acquire { key, holder, ttl, wait } => {
             let holder = holder.unwrap_or_else(default_holder);
             let lease = s.acquire(&key, &holder, ttl, wait)?;
+            // stdout stays the token alone, for `TOKEN=$(runws lease acquire KEY)`.
+            eprintln!("runws: took `{}` as holder `{}`", shown::text(&key), shown::text(&holder));
             println!("{}", lease.token);
         }
         LeaseCommand::Renew { key, holder, ttl } => {
-            let holder = holder.or_else(|| run_holder(&key)).ok_or_else(|| {
-                Error::Usage(format!("renewing `{key}` needs --holder ID (outside the run holding it)"))
-            })?;
+            let holder = holder.or_else(|| run_holder(&key)).unwrap_or_else(default_holder);
             let lease = s.renew(&key, &holder, ttl)?;
             println!("{}", lease.token);
         }
-        LeaseCommand::Release { key, holder } => s.release(&key, &holder)?,
+        LeaseCommand::Release { key, holder } => {
+            let holder = holder.or_else(|| run_holder(&key)).unwrap_or_else(default_holder);
+            s.release(&key, &holder)?
+        }
         LeaseCommand::Show { key, json } => show(&s.show(&key)?, json)?,
     }
     Ok(exit::OK)

@@ -86,6 +86,7 @@ fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
 
 pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
+    root.must_exist()?;
     let rows = rows(&root, job)?;
     let mut out = std::io::stdout().lock();
     use std::io::Write;
@@ -122,6 +123,7 @@ pub fn last_run(root: &Root) -> Result<String, Error> {
 
 pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
+    root.must_exist()?;
     let id = if run == "last" { last_run(&root)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
     let m = manifest::read(&rd.dir)?;

@@ -3,6 +3,7 @@
 
 mod cache;
 mod guard;
+mod hint;
 mod lane;
 mod lease;
 mod ls;

@@ -60,7 +60,16 @@ fn run_with(
     isolation: Box<dyn Isolation>,
 ) -> anyhow::Result<u8> {
     let seal = args.seal.then(|| super::seal::options(&args.seal_opts));
+    let in_work = args.cwd.is_none() && args.worktree.is_none();
+    let command = args.command.clone();
     let finished = run::run(request(args, root, store, isolation))?;
+    if finished.started
+        && finished.code != exit::OK
+        && finished.interrupted.is_none()
+        && let Some(hint) = super::hint::misplaced(&command, &finished.invoked_from, &finished.cwd, in_work)
+    {
+        eprintln!("runws: {hint}");
+    }
     // A command that never ran left nothing to seal.
     let Some(opts) = seal.filter(|_| finished.started) else { return Ok(finished.code) };
     // The command's own failure is the one a caller must see first; the

@@ -30,6 +30,8 @@ pub use isolation::{Isolation, Note, Opened, Plain, Preparing};
 pub use lease::RunLease;
 pub use request::{Request, Stdin};
 
+use std::path::PathBuf;
+
 use crate::workspace::RunDir;
 use start::{Begun, Ended};
 
@@ -46,6 +48,9 @@ pub struct Finished {
     /// The first signal this process received while the command ran, and
     /// passed on to it (^C, a `kill` of runws).
     pub interrupted: Option<i32>,
+    /// Where runws was started, and where the command ran.
+    pub invoked_from: PathBuf,
+    pub cwd: PathBuf,
 }
 
 /// Runs `req`: creates the run, builds its world, starts the command,
@@ -68,9 +73,19 @@ pub fn run(req: Request) -> anyhow::Result<Finished> {
     let (_supervisor, signals) = prepare::Supervisor::start()?;
     let mut run = RunDir::create(&checked.root, &checked.id)?;
     let creating = run.creating.take();
-    let ended = match prepare::prepare(&run, creating, checked, lease, signals)?.start()? {
+    let invoked_from = checked.invoked_from.clone();
+    let prepared = prepare::prepare(&run, creating, checked, lease, signals)?;
+    let cwd = prepared.cwd.clone();
+    let ended = match prepared.start()? {
         Begun::Running(started) => started.watch()?,
         Begun::NotRun(code) => Ended { code, started: false, interrupted: None },
     };
-    Ok(Finished { run, code: ended.code, started: ended.started, interrupted: ended.interrupted })
+    Ok(Finished {
+        run,
+        code: ended.code,
+        started: ended.started,
+        interrupted: ended.interrupted,
+        invoked_from,
+        cwd,
+    })
 }

@@ -5,7 +5,7 @@
 //! recorded in the manifest as it is made.
 
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -38,6 +38,8 @@ pub(super) struct Prepared<'r> {
     /// [`manifest::reserve`]); `None` once used.
     pub final_slot: Option<Reserved<'r>>,
     pub spec: Spec,
+    /// The command's working directory, as the host sees it.
+    pub cwd: PathBuf,
     pub capture: Option<Capture>,
     pub ports: Ports,
     pub lease: Option<RunLease>,
@@ -115,7 +117,7 @@ pub(super) fn prepare<'r>(
     let made = make(&mut req, grants, lease.as_ref(), run, &root, &invoked_from, &mut m, &mut ports);
     // Inputs, ports and the environment are recorded now: room for them.
     let grown = final_slot.allocate(m.to_json().len() as u64 + manifest::FINAL_ROOM);
-    let (spec, capture) = match (made, grown) {
+    let (spec, capture, cwd) = match (made, grown) {
         (Ok(p), Ok(())) => p,
         (Err(e), _) | (Ok(_), Err(e)) => return Err(record_failure(run, m, e, Some(final_slot))),
     };
@@ -126,6 +128,7 @@ pub(super) fn prepare<'r>(
         m,
         final_slot: Some(final_slot),
         spec,
+        cwd,
         capture,
         ports,
         lease,
@@ -195,7 +198,7 @@ fn make(
     invoked_from: &Path,
     m: &mut Manifest,
     ports: &mut Ports,
-) -> Result<(Spec, Option<Capture>), Error> {
+) -> Result<(Spec, Option<Capture>, PathBuf), Error> {
     let exe = std::env::current_exe().ctx("cannot find the runws binary", "/proc/self/exe")?;
     run.sub("bin")?.symlink(&exe, "runws")?;
 
@@ -269,6 +272,7 @@ fn make(
         child::resolve(&req.command[0], &path_var, invoked_from)?
     };
     m.program = Some(program.display().to_string());
+    envbuild::size::check(&env.vars, &m.env, &program, &req.command)?;
 
     let capture = if req.capture { Some(Capture::open(run)?) } else { None };
     let (stdout, stderr) = match &capture {
@@ -286,7 +290,7 @@ fn make(
         program,
         argv: req.command.clone(),
         env: env.vars.into_iter().collect(),
-        cwd,
+        cwd: cwd.clone(),
         listen,
         stdin,
         stdout,
@@ -299,7 +303,7 @@ fn make(
     };
     let at = Preparing { run, root, exe: &exe, allow_import: &req.allow_import, worktree: worktree.as_ref() };
     req.isolation.prepare(&at, &mut spec, m)?;
-    Ok((spec, capture))
+    Ok((spec, capture, cwd))
 }
 
 /// Adds the run's worktree of `repo` at `<run>/repo` on the branch

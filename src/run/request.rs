@@ -37,7 +37,7 @@ pub struct Request {
     pub command: Vec<OsString>,
     /// `--env KEY=VALUE`.
     pub env: Vec<String>,
-    /// `--pass KEY`.
+    /// `--pass KEY` or `--pass GLOB`.
     pub pass: Vec<String>,
     /// `--env-file FILE`.
     pub env_file: Vec<PathBuf>,
@@ -164,6 +164,10 @@ impl Request {
             grants.push(envbuild::parse_env_arg(e)?);
         }
         for key in &self.pass {
+            if envbuild::is_glob(key) {
+                grants.extend(envbuild::expand_glob(key, std::env::vars_os().map(|(k, _)| k))?);
+                continue;
+            }
             envbuild::check_key(key)?;
             grants.push(Grant::Pass { key: key.clone() });
         }

@@ -73,6 +73,7 @@ impl<'r> Prepared<'r> {
             mut m,
             mut final_slot,
             spec,
+            cwd: _,
             capture,
             mut ports,
             lease,

@@ -276,7 +276,9 @@ pub fn seal_tree(
     let quarantined = (|| -> Result<Checkpoint> {
         crate::fsx::create_private_dirs(&qdir).ctx("cannot create", &qdir)?;
         if pack_opts.deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::Other("no time left before the deadline".into()));
+            return Err(Error::Other(
+                "no time left before the deadline; raise `--deadline` to allow more time".into(),
+            ));
         }
         // An earlier quarantine is kept: a new one gets a new name.
         let mut qpath = qdir.join(&name);

@@ -109,7 +109,12 @@ impl Visitor for Packer<'_> {
         let kind = fsx::kind(&st);
         self.entries += 1;
         if self.entries > self.opts.max_files {
-            return Err(Error::PackBudget { path: shown(), what: "entries", limit: self.opts.max_files });
+            return Err(Error::PackBudget {
+                path: shown(),
+                what: "entries",
+                limit: self.opts.max_files,
+                raise: Some("--max-files"),
+            });
         }
         let mut header = header_for(&st, kind);
         let dir = entry.dir.borrow();
@@ -129,7 +134,12 @@ impl Visitor for Packer<'_> {
         }
         if kind == SFlag::S_IFDIR {
             if entry.depth as u64 > MAX_DEPTH {
-                return Err(Error::PackBudget { path: shown(), what: "directory levels", limit: MAX_DEPTH });
+                return Err(Error::PackBudget {
+                    path: shown(),
+                    what: "directory levels",
+                    limit: MAX_DEPTH,
+                    raise: None,
+                });
             }
             // A trailing slash marks a directory entry, as GNU tar writes it.
             let mut dir_entry = rel_path.as_os_str().as_bytes().to_vec();
@@ -175,6 +185,7 @@ impl Packer<'_> {
                 path,
                 what: "bytes of file content",
                 limit: self.opts.max_bytes,
+                raise: Some("--max-bytes"),
             });
         }
         header.set_size(size);

@@ -217,3 +217,45 @@ fn proc_environ_of_runws_is_unreadable_for_a_non_root_child() {
     out.ok().stdout_has("SELF_OK").stdout_has("PARENT_DENIED");
     assert!(!out.stdout.contains(&secret));
 }
+
+#[test]
+fn pass_globs_over_runws_environment_and_tz_is_passed() {
+    let env = Env::new();
+    let out = Out::from(
+        env.cmd(&["run", "--run-id", "g", "--pass", "GITHUB_*", "--pass", "NONE_?", "--", "env", "-0"])
+            .env("GITHUB_SHA", "abc")
+            .env("GITHUB_REF", "refs/heads/main")
+            .env("GITHUBX", "not matched")
+            .env("TZ", "Europe/Paris")
+            .output()
+            .unwrap(),
+    );
+    out.ok();
+    let vars: std::collections::BTreeMap<&str, &str> =
+        out.stdout.split('\0').filter(|l| !l.is_empty()).filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(vars.get("GITHUB_SHA"), Some(&"abc"));
+    assert_eq!(vars.get("GITHUB_REF"), Some(&"refs/heads/main"));
+    assert_eq!(vars.get("GITHUBX"), None);
+    assert_eq!(vars.get("TZ"), Some(&"Europe/Paris"));
+    // Each matched variable is its own record, by name; the glob too, and a
+    // glob that matched nothing is recorded as absent.
+    let m = env.manifest("g");
+    let rec = |name: &str| m["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned();
+    for name in ["GITHUB_SHA", "GITHUB_REF"] {
+        let r = rec(name).unwrap_or_else(|| panic!("{name} not recorded: {}", m["env"]));
+        assert_eq!(
+            (r["granted"].clone(), r["source"].clone(), r["present"].clone()),
+            (true.into(), "pass".into(), true.into())
+        );
+    }
+    assert_eq!(rec("GITHUB_*").unwrap()["present"], true);
+    assert_eq!(rec("NONE_?").unwrap()["present"], false);
+    assert_eq!(rec("GITHUBX"), None);
+    let tz = rec("TZ").unwrap();
+    assert_eq!((tz["granted"].clone(), tz["source"].clone()), (false.into(), "runws".into()));
+    assert!(!serde_json::to_string(&m).unwrap().contains("refs/heads/main"), "a value was recorded");
+    // A glob never passes what runws sets itself, and takes only name characters.
+    let out = Out::from(env.cmd(&["run", "--pass", "HO*", "--", "sh", "-c", "echo $HOME"]).output().unwrap());
+    out.ok().stdout_has("/home\n");
+    env.run(&["run", "--pass", "GIT-*", "--", "true"]).code(125).one_line_error();
+}

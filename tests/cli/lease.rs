@@ -478,3 +478,34 @@ fn a_publish_killed_at_any_point_leaves_the_sink_whole_and_the_key_usable() {
         }
     }
 }
+
+#[test]
+fn acquire_renew_and_release_from_one_shell_default_to_the_same_holder() {
+    let env = Env::new();
+    for store in stores() {
+        let key = fresh_key("same-holder");
+        let script = format!(
+            "t=$({BIN} lease acquire {key} --ttl 30s) || exit 9
+             echo \"token=$t shell=$$\"
+             {BIN} lease renew {key} --ttl 30s >/dev/null || exit 10
+             {BIN} lease release {key} || exit 11
+             {BIN} lease show {key} --json"
+        );
+        let mut c = with_store(&env, &store, &[]);
+        let c = c.env("RUNWS_ROOT", &env.root);
+        let mut sh = std::process::Command::new("sh");
+        sh.args(["-c", &script]).env_clear().envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        sh.current_dir(env.tmp.path()).stdin(std::process::Stdio::null());
+        let out = Out::from(sh.output().unwrap());
+        out.ok();
+        let shell = out.stdout.split("shell=").nth(1).unwrap().lines().next().unwrap().trim().to_string();
+        let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        // stdout is the token alone; the holder is said on stderr.
+        let token = out.stdout.split("token=").nth(1).unwrap().split(' ').next().unwrap();
+        assert!(token.parse::<u64>().is_ok(), "stdout is not the token alone: {out:?}");
+        out.stderr_has(&format!("runws: took `{key}` as holder `{host}:{shell}`"));
+        let shown: serde_json::Value =
+            serde_json::from_str(&out.stdout[out.stdout.find('{').unwrap()..]).unwrap();
+        assert!(shown["holder"].is_null(), "not released: {shown}");
+    }
+}

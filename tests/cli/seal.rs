@@ -134,7 +134,8 @@ fn budgets_special_files_and_the_deadline_fail_the_seal_loudly() {
         "touch a b c d e f g",
     ])
     .code(81)
-    .stderr_has("NOTHING SAVED");
+    .stderr_has("NOTHING SAVED")
+    .stderr_has("more than 5 entries; raise `--max-files` to allow more");
     let m = env.manifest("many");
     assert_eq!(m["checkpoint"]["source"], "none");
     assert_eq!(m["held"], true);
@@ -153,7 +154,8 @@ fn budgets_special_files_and_the_deadline_fail_the_seal_loudly() {
         "-c",
         "head -c 5000 /dev/zero > z",
     ])
-    .code(81);
+    .code(81)
+    .stderr_has("raise `--max-bytes` to allow more");
     // A fifo in the evidence.
     env.run(&["run", "--run-id", "fifo", "--job", "b", "--seal", "--", "sh", "-c", "mkfifo pipe"])
         .code(81)
@@ -162,7 +164,9 @@ fn budgets_special_files_and_the_deadline_fail_the_seal_loudly() {
     env.run(&["run", "--run-id", "link", "--job", "b", "--seal", "--", "sh", "-c", "ln -s /etc/passwd p"])
         .code(81);
     // No time at all.
-    env.run(&["run", "--run-id", "late", "--job", "b", "--seal", "--deadline", "0s", "--", "true"]).code(81);
+    env.run(&["run", "--run-id", "late", "--job", "b", "--seal", "--deadline", "0s", "--", "true"])
+        .code(81)
+        .stderr_has("raise `--deadline` to allow more time");
     // Nothing partial is left in the archive directory.
     let left: Vec<String> = tree(&archive_dir(&env, "b"));
     assert!(left.iter().all(|p| p == "quarantine"), "left behind: {left:?}");
