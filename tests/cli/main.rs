@@ -15,6 +15,7 @@ mod build;
 mod cache;
 mod concurrency;
 mod environment;
+mod examples;
 mod exit_codes;
 mod final_record;
 mod git_safety;
