@@ -33,7 +33,8 @@ mod records;
 pub mod sandbox;
 pub use owned::Owner;
 pub use records::{
-    Checkpoint, ClaimKind, LeaseRecord, RefusedRecord, RestoredRecord, Source, Truncated, WorktreeRecord,
+    Checkpoint, ClaimKind, LeaseRecord, PingRecord, RefusedRecord, RestoredRecord, Source, Truncated,
+    WorktreeRecord,
 };
 
 /// The manifest schema this runws writes.
@@ -224,6 +225,9 @@ pub struct Manifest {
     /// The store lease `run --lease` held.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub lease: Option<LeaseRecord>,
+    /// How each `--ping` went, in the order sent.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub pings: Option<Vec<PingRecord>>,
     /// Cross-run guard calls refused by `--allow-import`, the latest last.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub refused: Option<Vec<RefusedRecord>>,

@@ -75,6 +75,9 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "cwd" => a.cwd = Some(value(&mut words)?.into()),
             "lease" => a.lease = Some(text(&mut words)?),
             "wait" => a.wait = dur(&mut words)?,
+            "ping" => a.ping = Some(text(&mut words)?),
+            "ping-timeout" => a.ping_timeout = dur(&mut words)?,
+            "metrics-dir" => a.metrics_dir = Some(value(&mut words)?.into()),
             "to" => a.seal_opts.to = Some(value(&mut words)?.into()),
             "format" => a.seal_opts.format = one_of(&mut words, &crate::seal::archive::Format::NAMES)?,
             "include" => a.seal_opts.include.push(text(&mut words)?),
@@ -116,6 +119,7 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
         || (a.kill_after.is_some() && a.timeout.is_none())
         || (seen.contains(&"base") && a.worktree.is_none())
         || (seen.contains(&"wait") && a.lease.is_none())
+        || (seen.contains(&"ping-timeout") && a.ping.is_none())
         || (sandbox_only && a.sandbox.is_none())
     {
         return None;
@@ -165,6 +169,9 @@ fn defaults() -> RunArgs {
         cwd: run.cwd,
         lease: run.lease,
         wait: run.wait,
+        ping: run.ping,
+        ping_timeout: run.ping_timeout,
+        metrics_dir: run.metrics_dir,
         seal: false,
         seal_opts: SealArgs {
             to: None,
@@ -252,6 +259,7 @@ mod tests {
             &["run", "--capture", "--cwd", "sub", "--", "x"],
             &["run", "--worktree", ".", "--base", "main", "--", "x"],
             &["run", "--lease", "k", "--wait", "1m", "--", "x"],
+            &["run", "--ping", "http://h/p", "--ping-timeout", "2s", "--metrics-dir", "m", "--", "x"],
             &[
                 "run",
                 "--seal",
@@ -335,6 +343,7 @@ mod tests {
             &["run", "--kill-after", "1s", "--", "x"],
             &["run", "--base", "main", "--", "x"],
             &["run", "--wait", "1s", "--", "x"],
+            &["run", "--ping-timeout", "1s", "--", "x"],
             &["run", "--nonsense", "--", "x"],
             &["--ports", "1", "run", "--", "x"],
             &["run", "run", "--", "x"],

@@ -479,6 +479,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN, requires = "lease")]
     pub wait: std::time::Duration,
 
+    /// Tell URL (healthchecks.io protocol, http:// only) of the run: URL/start when the
+    /// command starts, URL when it succeeds, URL/<exit code> when it fails; never delays
+    /// or fails the run (each ping's outcome is in the manifest under `pings`)
+    #[arg(long, value_name = "URL")]
+    pub ping: Option<String>,
+
+    /// How long one attempt of a --ping may take (it is tried up to 3 times)
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::PING_TIMEOUT_SHOWN, requires = "ping")]
+    pub ping_timeout: std::time::Duration,
+
+    /// Write DIR/runws_<job>.prom for Prometheus' textfile collector at the end of the run
+    #[arg(long, value_name = "DIR")]
+    pub metrics_dir: Option<PathBuf>,
+
     /// Seal the run after the command exits (see `runws seal --help`)
     #[arg(long)]
     pub seal: bool,

@@ -122,6 +122,9 @@ fn request(
         lease: args.lease,
         wait: args.wait,
         stdin: run::Stdin::Inherit,
+        ping: args.ping,
+        ping_timeout: args.ping_timeout,
+        metrics_dir: args.metrics_dir,
         isolation,
         command: args.command,
     }

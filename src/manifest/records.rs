@@ -1,5 +1,5 @@
 //! The records runws adds to a manifest beside its core fields, typed: the
-//! run's lease and worktree, the guard's refusals, runws's restorations, the
+//! run's lease and worktree, its pings, the guard's refusals, runws's restorations, the
 //! seal's checkpoint, and what a full disk cut. Each is an optional field of
 //! [`super::Manifest`], absent when absent, and written under the name and
 //! in the shape earlier versions wrote. A record a newer runws could extend
@@ -124,6 +124,28 @@ pub struct RestoredRecord {
     pub extra: Extra,
 }
 
+/// One entry of `pings`: how one `--ping` went. The URL is not recorded
+/// (a ping URL is a credential: whoever has it can report the job).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PingRecord {
+    /// When the ping ended (its last attempt, or runws gave up waiting).
+    pub at: String,
+    /// How many attempts were made.
+    pub attempts: u32,
+    /// Why the last attempt failed, when the ping did not get a 2xx.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `start`, `success` or `fail`.
+    pub event: String,
+    /// True when the server answered 2xx.
+    pub ok: bool,
+    /// The HTTP status of the last response, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `truncated`: what was cut from a final record that did not fit its
 /// reserved space on a full disk, each list and how many entries.
 pub type Truncated = BTreeMap<String, u64>;
@@ -205,6 +227,7 @@ pub const RECORDS: &[(&str, Check)] = &[
     ("checkpoint", reads::<Checkpoint>),
     ("held", reads::<bool>),
     ("lease", reads::<LeaseRecord>),
+    ("pings", reads::<Vec<PingRecord>>),
     ("refused", reads::<Vec<RefusedRecord>>),
     ("restored", reads::<Vec<RestoredRecord>>),
     ("sandbox", reads::<super::sandbox::SandboxRecord>),

@@ -23,6 +23,10 @@ pub const LEASE_TTL_SHOWN: &str = "60s";
 pub const LEASE_WAIT: Duration = Duration::ZERO;
 /// [`LEASE_WAIT`] as `--help` shows it.
 pub const LEASE_WAIT_SHOWN: &str = "0s";
+/// How long one attempt of a `--ping` may take (`--ping-timeout`).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// [`PING_TIMEOUT`] as `--help` shows it.
+pub const PING_TIMEOUT_SHOWN: &str = "5s";
 
 #[cfg(test)]
 mod tests {
@@ -33,6 +37,7 @@ mod tests {
     fn each_shown_default_is_the_default() {
         assert_eq!(duration::parse(LEASE_TTL_SHOWN), Ok(LEASE_TTL));
         assert_eq!(duration::parse(LEASE_WAIT_SHOWN), Ok(LEASE_WAIT));
+        assert_eq!(duration::parse(PING_TIMEOUT_SHOWN), Ok(PING_TIMEOUT));
         assert_eq!(duration::parse(crate::reap::DEFAULT_GRACE_SHOWN), Ok(crate::reap::DEFAULT_GRACE));
         assert_eq!(duration::parse(crate::seal::DEFAULT_DEADLINE_SHOWN), Ok(crate::seal::DEFAULT_DEADLINE));
         assert_eq!(

@@ -22,6 +22,7 @@ pub mod defaults;
 mod end;
 mod isolation;
 mod lease;
+mod monitor;
 mod prepare;
 mod request;
 mod start;

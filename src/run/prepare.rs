@@ -176,6 +176,7 @@ fn first_record(req: &Request, id: &str, job: String, invoked_from: &Path) -> Ma
         checkpoint: None,
         held: None,
         lease: None,
+        pings: None,
         refused: None,
         restored: None,
         sandbox: None,

@@ -65,6 +65,12 @@ pub struct Request {
     /// The command's working directory (default: the run's `work/`).
     pub cwd: Option<PathBuf>,
     pub stdin: Stdin,
+    /// `--ping URL`: the healthchecks-style URL told of the start and end.
+    pub ping: Option<String>,
+    /// How long one attempt of a ping may take.
+    pub ping_timeout: Duration,
+    /// `--metrics-dir DIR`: where the job's Prometheus textfile goes.
+    pub metrics_dir: Option<PathBuf>,
     pub isolation: Box<dyn Isolation>,
 }
 
@@ -98,6 +104,9 @@ impl Request {
             base: defaults::BASE.into(),
             cwd: None,
             stdin: Stdin::Inherit,
+            ping: None,
+            ping_timeout: defaults::PING_TIMEOUT,
+            metrics_dir: None,
             isolation: Box::new(Plain),
         }
     }
@@ -147,6 +156,17 @@ impl Request {
         let job = job_name(self.job.as_deref(), &self.command[0])?;
         crate::allowlist::check(&self.allow_import)?;
         let grants = self.grants()?;
+        if let Some(url) = &self.ping {
+            crate::ping::parse(url)?;
+            if self.ping_timeout.is_zero() {
+                return Err(Error::Usage("--ping-timeout must be more than 0".into()).into());
+            }
+        }
+        if let Some(dir) = &self.metrics_dir
+            && !std::fs::metadata(dir).ctx("cannot read --metrics-dir", dir)?.is_dir()
+        {
+            return Err(Error::Usage(format!("--metrics-dir `{}` is not a directory", dir.display())).into());
+        }
         for input in &self.inputs {
             std::fs::metadata(input).ctx("cannot read input", input)?;
         }

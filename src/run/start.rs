@@ -11,6 +11,7 @@ use nix::sys::termios::Termios;
 use super::end::{exit_code, finish, not_started, record_failure};
 use super::isolation::Opened;
 use super::lease::RunLease;
+use super::monitor::{self, StartPing};
 use super::prepare::Prepared;
 use super::request::Request;
 use crate::capture::Capture;
@@ -47,6 +48,8 @@ pub(super) struct Started<'r> {
     /// terminal: it may change them (raw mode, echo off) and end without
     /// putting them back.
     terminal: Option<Option<Termios>>,
+    /// `--ping`'s start ping, on its way.
+    start_ping: Option<StartPing>,
 }
 
 /// How a run that got as far as its fork ended: see [`super::Finished`].
@@ -119,7 +122,11 @@ impl<'r> Prepared<'r> {
         }
         let gate = match paused.open_gate(&program) {
             Ok(s) => s,
-            Err(e) => return Ok(Begun::NotRun(not_started(run, &mut record, e, final_slot.take()))),
+            Err(e) => {
+                let code = not_started(run, &mut record, e, final_slot.take());
+                monitor::ended(run, &req, &mut record, None, code);
+                return Ok(Begun::NotRun(code));
+            }
         };
         let opened = Opened { run, root: &root, allow_import: &req.allow_import, lease: lease.as_ref() };
         req.isolation.opened(&opened);
@@ -144,9 +151,12 @@ impl<'r> Prepared<'r> {
             Ok(None) => {}
             Err(e) => {
                 let _ = nix::sys::wait::waitpid(pid, None);
-                return Ok(Begun::NotRun(not_started(run, &mut record, e, final_slot.take())));
+                let code = not_started(run, &mut record, e, final_slot.take());
+                monitor::ended(run, &req, &mut record, None, code);
+                return Ok(Begun::NotRun(code));
             }
         }
+        let start_ping = monitor::started(&req, id);
         Ok(Begun::Running(Box::new(Started {
             run,
             req,
@@ -161,6 +171,7 @@ impl<'r> Prepared<'r> {
             lease,
             signals,
             terminal,
+            start_ping,
         })))
     }
 }
@@ -172,7 +183,7 @@ impl Started<'_> {
     pub(super) fn watch(self) -> anyhow::Result<Ended> {
         let Started {
             run,
-            req,
+            mut req,
             pid,
             program,
             mut record,
@@ -184,8 +195,9 @@ impl Started<'_> {
             mut lease,
             signals,
             terminal,
+            start_ping,
         } = self;
-        let Request { mut isolation, lease_ttl: ttl, timeout, kill_after, .. } = req;
+        let Request { ref mut isolation, lease_ttl: ttl, timeout, kill_after, .. } = req;
         let id = run.id.as_str();
         let tees = capture.map(|c| c.start());
         let run_dir = &run.dir;
@@ -244,6 +256,7 @@ impl Started<'_> {
         let child::Watched { mut outcome, interrupted } = outcome?;
         if let Some(e) = gate.exec_error(&program) {
             let code = not_started(run, &mut record, e, final_slot.take());
+            monitor::ended(run, &req, &mut record, start_ping, code);
             return Ok(Ended { code, started: false, interrupted });
         }
         isolation.ended(run, &mut outcome);
@@ -260,6 +273,7 @@ impl Started<'_> {
         }
         ports.release();
         drop(lease);
+        monitor::ended(run, &req, &mut record, start_ping, code);
         Ok(Ended { code, started: true, interrupted })
     }
 }
