@@ -125,6 +125,24 @@ the run). A claim that breaks these rules is refused (exit 125)."
         json: bool,
     },
 
+    /// Print an output of a finished run, checked against its sha256
+    #[command(
+        long_about = "Print output NAME of a finished run on standard output, once its bytes have \
+been read into a private copy and their sha256 matches the one the run's manifest records (exit 4 \
+when it does not, 1 when the run recorded no such output). RUN is a run id, a prefix of exactly one \
+run id, or `last`: the most recently started run (of --job JOB when given).",
+        after_help = "Examples:\n  runws cat last report.json\n  runws cat --job nightly last summary.txt | mail -s nightly ops\n  runws cat 0193a4 out.csv > out.csv"
+    )]
+    Cat {
+        /// A run id, a unique prefix of one, or `last`
+        run: String,
+        /// The output's name, as `runws put` wrote it
+        name: OsString,
+        /// With `last`: the most recently started run of this job
+        #[arg(long, value_name = "JOB")]
+        job: Option<String>,
+    },
+
     /// List runs
     Ls {
         /// Only runs of this job
@@ -285,8 +303,12 @@ runws lane reset lane-PROJ-42-abcd --resetter Di"
     },
 
     /// Show one run's manifest (`last` for the most recently started)
+    #[command(long_about = "Show one run: its status, command, times, outputs (with the path of each \
+file), logs, seal state (sealed, quarantined or not saved, with the archive) and, for a sandboxed \
+run that went without a protection (`--sandbox=try`), each protection missing. RUN is a run id, a \
+prefix of exactly one run id, or `last`. With --json, the manifest as it is recorded.")]
     Show {
-        /// A run id, or `last`
+        /// A run id, a unique prefix of one, or `last`
         run: String,
         #[arg(long)]
         json: bool,

@@ -89,6 +89,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
         Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
         Command::Show { run, json } => ls::show(root, &run, json),
+        Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
         Command::Seal { run, opts } => seal::seal(root, &run, &opts),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Verify { archive } => seal::verify(&archive),

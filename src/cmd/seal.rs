@@ -64,7 +64,7 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
 
 pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let id = if run == "last" { super::ls::last_run(&root)? } else { run.to_string() };
+    let id = if run == "last" { super::ls::last_run(&root, None)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
     seal_run(&rd, &options(args))
 }

@@ -27,6 +27,7 @@ mod listing;
 mod names;
 mod ports;
 mod privacy;
+mod reading;
 mod reap;
 mod reap_forged;
 mod reap_git;
