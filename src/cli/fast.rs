@@ -51,6 +51,7 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             _ if !in_run => return None,
             "listen" => a.listen = true,
             "capture" => a.capture = true,
+            "json-status-fd" => a.json_status_fd = Some(number(&mut words)?),
             "seal" => a.seal = true,
             "allow-unscanned" => a.seal_opts.allow_unscanned = true,
             "allow-userns" => a.allow_userns = true,
@@ -160,6 +161,7 @@ fn defaults() -> RunArgs {
         kill_after: run.kill_after,
         lease_ttl: run.lease_ttl,
         capture: run.capture,
+        json_status_fd: run.json_status_fd,
         worktree: run.worktree,
         base: run.base,
         cwd: run.cwd,
@@ -250,6 +252,7 @@ mod tests {
             &["run", "--allow-import", "r1", "--sandbox", "--allow-import", "job:nightly", "--", "x"],
             &["run", "--timeout", "10m", "--kill-after", "5s", "--lease-ttl", "2s", "--", "x"],
             &["run", "--capture", "--cwd", "sub", "--", "x"],
+            &["run", "--json-status-fd", "3", "--", "x"],
             &["run", "--worktree", ".", "--base", "main", "--", "x"],
             &["run", "--lease", "k", "--wait", "1m", "--", "x"],
             &[

@@ -148,8 +148,12 @@ run id, or `last`: the most recently started run (of --job JOB when given).",
         /// Only runs of this job
         #[arg(long, value_name = "JOB")]
         job: Option<String>,
+        /// Print the runs as one JSON array
         #[arg(long)]
         json: bool,
+        /// Print one JSON object per run, one a line (JSON Lines), oldest first
+        #[arg(long, alias = "jsonl", conflicts_with = "json")]
+        json_lines: bool,
     },
 
     /// Reclaim runs nobody owns: expired leases, finished runs' scratch
@@ -220,6 +224,9 @@ under the run's own lease only.",
         /// Say on stderr what happened
         #[arg(short, long)]
         verbose: bool,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Seal a finished run into a checksummed archive, after a secret scan
@@ -241,6 +248,9 @@ unless --allow-unscanned is given.",
         run: String,
         #[command(flatten)]
         opts: SealArgs,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Scan files for secrets (the seal's scan, alone)
@@ -261,7 +271,13 @@ found, 83 when nothing is but something could not be scanned.")]
     },
 
     /// Check an archive against its .sha256 file
-    Verify { archive: PathBuf },
+    Verify {
+        /// The archive; its checksum is ARCHIVE.sha256
+        archive: PathBuf,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Verify an archive, then extract it safely into a new or empty directory
     #[command(long_about = "Verify ARCHIVE (a regular file) against ARCHIVE.sha256, then extract it \
@@ -283,6 +299,9 @@ scan finds, and its findings are listed.")]
         /// Most entries (files, directories, links) to create (the seal's default)
         #[arg(long, value_name = "N", default_value_t = crate::seal::DEFAULT_MAX_FILES)]
         max_files: u64,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Promotion lanes: claim, run, seal, review, stamp, promote or scrap, reset
@@ -351,6 +370,9 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
         ttl: std::time::Duration,
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN)]
         wait: std::time::Duration,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
     /// Extend the lease the holder has; the token stays the same
     #[command(long_about = "Extend the lease the holder has; the token stays the same. Inside \
@@ -475,6 +497,12 @@ pub struct RunArgs {
     /// Also write the command's stdout and stderr to logs/
     #[arg(long)]
     pub capture: bool,
+
+    /// When the run ends, write its final record (the manifest, as `show --json`
+    /// gives it) as one line of JSON to descriptor FD (3 or above), as bubblewrap's
+    /// --json-status-fd; nothing when no run was created
+    #[arg(long, value_name = "FD")]
+    pub json_status_fd: Option<i32>,
 
     /// Give the run its own git worktree of REPO (at <run>/repo, on branch
     /// runws/<run id>) and start the command there

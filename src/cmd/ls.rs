@@ -101,11 +101,18 @@ fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
-pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<u8> {
+pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool, json_lines: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
     let rows = rows(&root, job)?;
     let mut out = std::io::stdout().lock();
     use std::io::Write;
+    if json_lines {
+        for r in &rows {
+            serde_json::to_writer(&mut out, r)?;
+            writeln!(out)?;
+        }
+        return Ok(exit::OK);
+    }
     if json {
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;

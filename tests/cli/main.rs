@@ -24,6 +24,7 @@ mod inputs;
 mod lane;
 mod lease;
 mod listing;
+mod machine;
 mod names;
 mod ports;
 mod privacy;
