@@ -9,7 +9,7 @@
 /// Success.
 pub const OK: u8 = 0;
 /// A negative answer: `has` found that this run did not produce the output,
-/// or `get` was asked for an output this run never recorded.
+/// or `get` (`cat`) was asked for an output the run never recorded.
 pub const NO: u8 = 1;
 /// A read of another run's output was refused (use `runws import`), an
 /// import from a run `--allow-import` does not name, or a sandboxed

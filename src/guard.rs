@@ -46,6 +46,7 @@ pub(crate) mod wire;
 use calls::Calls;
 pub use calls::Written;
 use local::Local;
+pub(crate) use local::verified_output;
 pub use local::{MAX_CLAIM_BYTES, MAX_CLAIMS};
 use remote::Remote;
 

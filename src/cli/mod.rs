@@ -125,13 +125,35 @@ the run). A claim that breaks these rules is refused (exit 125)."
         json: bool,
     },
 
+    /// Print an output of a finished run, checked against its sha256
+    #[command(
+        long_about = "Print output NAME of a finished run on standard output, once its bytes have \
+been read into a private copy and their sha256 matches the one the run's manifest records (exit 4 \
+when it does not, 1 when the run recorded no such output). RUN is a run id, a prefix of exactly one \
+run id, or `last`: the most recently started run (of --job JOB when given).",
+        after_help = "Examples:\n  runws cat last report.json\n  runws cat --job nightly last summary.txt | mail -s nightly ops\n  runws cat 0193a4 out.csv > out.csv"
+    )]
+    Cat {
+        /// A run id, a unique prefix of one, or `last`
+        run: String,
+        /// The output's name, as `runws put` wrote it
+        name: OsString,
+        /// With `last`: the most recently started run of this job
+        #[arg(long, value_name = "JOB")]
+        job: Option<String>,
+    },
+
     /// List runs
     Ls {
         /// Only runs of this job
         #[arg(long, value_name = "JOB")]
         job: Option<String>,
+        /// Print the runs as one JSON array
         #[arg(long)]
         json: bool,
+        /// Print one JSON object per run, one a line (JSON Lines), oldest first
+        #[arg(long, alias = "jsonl", conflicts_with = "json")]
+        json_lines: bool,
     },
 
     /// Reclaim runs nobody owns: expired leases, finished runs' scratch
@@ -202,6 +224,9 @@ under the run's own lease only.",
         /// Say on stderr what happened
         #[arg(short, long)]
         verbose: bool,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Seal a finished run into a checksummed archive, after a secret scan
@@ -223,6 +248,9 @@ unless --allow-unscanned is given.",
         run: String,
         #[command(flatten)]
         opts: SealArgs,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Scan files for secrets (the seal's scan, alone)
@@ -243,7 +271,13 @@ found, 83 when nothing is but something could not be scanned.")]
     },
 
     /// Check an archive against its .sha256 file
-    Verify { archive: PathBuf },
+    Verify {
+        /// The archive; its checksum is ARCHIVE.sha256
+        archive: PathBuf,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Verify an archive, then extract it safely into a new or empty directory
     #[command(long_about = "Verify ARCHIVE (a regular file) against ARCHIVE.sha256, then extract it \
@@ -265,6 +299,9 @@ scan finds, and its findings are listed.")]
         /// Most entries (files, directories, links) to create (the seal's default)
         #[arg(long, value_name = "N", default_value_t = crate::seal::DEFAULT_MAX_FILES)]
         max_files: u64,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
 
     /// Promotion lanes: claim, run, seal, review, stamp, promote or scrap, reset
@@ -285,8 +322,12 @@ runws lane reset lane-PROJ-42-abcd --resetter Di"
     },
 
     /// Show one run's manifest (`last` for the most recently started)
+    #[command(long_about = "Show one run: its status, command, times, outputs (with the path of each \
+file), logs, seal state (sealed, quarantined or not saved, with the archive) and, for a sandboxed \
+run that went without a protection (`--sandbox=try`), each protection missing. RUN is a run id, a \
+prefix of exactly one run id, or `last`. With --json, the manifest as it is recorded.")]
     Show {
-        /// A run id, or `last`
+        /// A run id, a unique prefix of one, or `last`
         run: String,
         #[arg(long)]
         json: bool,
@@ -331,6 +372,9 @@ same shell default to the same holder.")]
         ttl: std::time::Duration,
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN)]
         wait: std::time::Duration,
+        /// Print the result as one JSON object on stdout (see the README's "Output for machines")
+        #[arg(long)]
+        json: bool,
     },
     /// Extend the lease the holder has; the token stays the same
     #[command(long_about = "Extend the lease the holder has; the token stays the same. Inside \
@@ -457,6 +501,12 @@ pub struct RunArgs {
     /// Also write the command's stdout and stderr to logs/
     #[arg(long)]
     pub capture: bool,
+
+    /// When the run ends, write its final record (the manifest, as `show --json`
+    /// gives it) as one line of JSON to descriptor FD (3 or above), as bubblewrap's
+    /// --json-status-fd; nothing when no run was created
+    #[arg(long, value_name = "FD")]
+    pub json_status_fd: Option<i32>,
 
     /// Give the run its own git worktree of REPO (at <run>/repo, on branch
     /// runws/<run id>) and start the command there

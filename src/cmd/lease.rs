@@ -60,12 +60,21 @@ pub fn lease(root: Option<&Path>, store: Option<&str>, cmd: LeaseCommand) -> any
     }
     let mut s = open(root, store)?;
     match cmd {
-        LeaseCommand::Acquire { key, holder, ttl, wait } => {
+        LeaseCommand::Acquire { key, holder, ttl, wait, json } => {
             let holder = holder.unwrap_or_else(default_holder);
             let lease = s.acquire(&key, &holder, ttl, wait)?;
-            // stdout stays the token alone, for `TOKEN=$(runws lease acquire KEY)`.
-            eprintln!("runws: took `{}` as holder `{}`", shown::text(&key), shown::text(&holder));
-            println!("{}", lease.token);
+            if json {
+                super::print_json(serde_json::json!({
+                    "key": lease.key,
+                    "holder": lease.holder,
+                    "token": lease.token,
+                    "expires_at": manifest::format_time(lease.expires_at),
+                }))?;
+            } else {
+                // stdout stays the token alone, for `TOKEN=$(runws lease acquire KEY)`.
+                eprintln!("runws: took `{}` as holder `{}`", shown::text(&key), shown::text(&holder));
+                println!("{}", lease.token);
+            }
         }
         LeaseCommand::Renew { key, holder, ttl } => {
             let holder = holder.or_else(|| run_holder(&key)).unwrap_or_else(default_holder);
@@ -130,6 +139,14 @@ fn show(info: &LeaseInfo, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `publish` says about the write: a line on stderr (`-v`), one JSON
+/// object on stdout (`--json`).
+#[derive(Debug, Clone, Copy)]
+pub struct Say {
+    pub verbose: bool,
+    pub json: bool,
+}
+
 pub fn publish(
     root: Option<&Path>,
     store: Option<&str>,
@@ -137,7 +154,7 @@ pub fn publish(
     file: Option<&Path>,
     fence: Option<u64>,
     to: Option<&Path>,
-    verbose: bool,
+    Say { verbose, json }: Say,
 ) -> anyhow::Result<u8> {
     let fence = match fence {
         Some(f) => f,
@@ -162,6 +179,18 @@ pub fn publish(
             None => open(root, store)?.publish(key, fence, &payload)?,
         },
     };
+    if json {
+        super::print_json(serde_json::json!({
+            "key": key,
+            "fence": fence,
+            "bytes": payload.len(),
+            "outcome": match outcome {
+                PublishOutcome::Written => "written",
+                PublishOutcome::Unchanged => "unchanged",
+            },
+            "to": to.map(|d| d.to_string_lossy().into_owned()),
+        }))?;
+    }
     if verbose {
         let what = match outcome {
             PublishOutcome::Written => "published",

@@ -1,5 +1,6 @@
-//! `runws ls` and `runws show`: reading runs back.
+//! `runws ls`, `runws show` and `runws cat`: reading runs back.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -7,7 +8,7 @@ use serde::Serialize;
 
 use crate::error::Error;
 use crate::exit;
-use crate::manifest::{self, Manifest, Status};
+use crate::manifest::{self, Manifest, Source, Status};
 use crate::shown;
 use crate::workspace::{self, Root, RunDir};
 
@@ -21,6 +22,20 @@ struct Row {
     finished_at: Option<String>,
     exit_code: Option<i32>,
     error: Option<String>,
+    /// How the run's seal ended: `sealed`, `quarantined`, `not saved`, or
+    /// absent when it was never sealed.
+    seal: Option<String>,
+}
+
+/// The seal state of a run, as `ls` and `show` name it (`None`: never
+/// sealed). A source a newer runws records is shown as it is written.
+fn seal_state(m: &Manifest) -> Option<String> {
+    m.checkpoint.as_ref().map(|c| match &c.source {
+        Source::Receipt => "sealed".to_string(),
+        Source::Quarantine => "quarantined".to_string(),
+        Source::None => "not saved".to_string(),
+        Source::Other(other) => other.clone(),
+    })
 }
 
 /// The status a reader should see: a `running` run whose lease ran out
@@ -51,6 +66,7 @@ fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
                 }
                 Row {
                     status: shown_status(&m, now),
+                    seal: seal_state(&m),
                     run_id: m.run_id,
                     job: Some(m.job),
                     started_at: Some(m.started_at),
@@ -75,6 +91,7 @@ fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
                     finished_at: None,
                     exit_code: None,
                     error: Some(e.to_string()),
+                    seal: None,
                 }
             }
         };
@@ -84,51 +101,189 @@ fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
     Ok(rows)
 }
 
-pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool) -> anyhow::Result<u8> {
+pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool, json_lines: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
     root.must_exist()?;
     let rows = rows(&root, job)?;
     let mut out = std::io::stdout().lock();
     use std::io::Write;
+    if json_lines {
+        for r in &rows {
+            serde_json::to_writer(&mut out, r)?;
+            writeln!(out)?;
+        }
+        return Ok(exit::OK);
+    }
     if json {
         serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
         return Ok(exit::OK);
     }
-    writeln!(out, "{:<36}  {:<20}  {:<10}  {:<24}  EXIT", "RUN", "JOB", "STATUS", "STARTED")?;
+    writeln!(out, "{:<36}  {:<20}  {:<10}  {:<24}  {:<4}  SEAL", "RUN", "JOB", "STATUS", "STARTED", "EXIT")?;
     // Every field but the status and the exit code came from a manifest
     // the run could write: escaped, so that it cannot forge a line.
     for r in rows {
         writeln!(
             out,
-            "{:<36}  {:<20}  {:<10}  {:<24}  {}",
+            "{:<36}  {:<20}  {:<10}  {:<24}  {:<4}  {}",
             shown::text(&r.run_id),
             shown::text(r.job.as_deref().unwrap_or("-")),
             r.status,
             shown::text(r.started_at.as_deref().unwrap_or("-")),
-            r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+            r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+            shown::text(r.seal.as_deref().unwrap_or("-"))
         )?;
     }
     Ok(exit::OK)
 }
 
-/// The most recently started run.
-pub fn last_run(root: &Root) -> Result<String, Error> {
-    rows(root, None)?
-        .into_iter()
-        .rfind(|r| r.started_at.is_some())
-        .map(|r| r.run_id)
-        .ok_or_else(|| Error::Other(format!("no runs under `{}`", root.display())))
+/// The most recently started run (of job `job`, when given).
+pub fn last_run(root: &Root, job: Option<&str>) -> Result<String, Error> {
+    rows(root, job)?.into_iter().rfind(|r| r.started_at.is_some()).map(|r| r.run_id).ok_or_else(
+        || match job {
+            Some(j) => {
+                Error::Other(format!("no runs of job `{}` under `{}`", shown::text(j), root.display()))
+            }
+            None => Error::Other(format!("no runs under `{}`", root.display())),
+        },
+    )
+}
+
+/// The most candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 10;
+
+/// The run `run` names: `last` (of `job`, when given), a run id, or a
+/// prefix of exactly one run id.
+pub fn resolve_run(root: &Root, run: &str, job: Option<&str>) -> Result<String, Error> {
+    if run == "last" {
+        return last_run(root, job);
+    }
+    let runs = match root.runs_dir(false) {
+        Ok(d) => d,
+        Err(_) => return Err(Error::NoSuchRun { run: run.to_string(), root: root.to_path_buf() }),
+    };
+    if workspace::check_run_id(run).is_ok() && runs.lstat(run)?.is_some() {
+        return Ok(run.to_string());
+    }
+    let mut found: Vec<String> = if run.is_empty() {
+        Vec::new()
+    } else {
+        runs.entries()?
+            .into_iter()
+            .filter(|id| id.starts_with(run) && workspace::check_run_id(id).is_ok())
+            .collect()
+    };
+    found.sort();
+    match found.len() {
+        0 => Err(Error::NoSuchRun { run: run.to_string(), root: root.to_path_buf() }),
+        1 => Ok(found.remove(0)),
+        n => {
+            let mut listed: Vec<String> =
+                found.iter().take(MAX_CANDIDATES).map(|id| shown::text(id)).collect();
+            if n > MAX_CANDIDATES {
+                listed.push(format!("and {} more", n - MAX_CANDIDATES));
+            }
+            Err(Error::Usage(format!(
+                "run id prefix `{}` is ambiguous: {n} runs match: {}",
+                shown::text(run),
+                listed.join(", ")
+            )))
+        }
+    }
 }
 
 pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
     root.must_exist()?;
-    let id = if run == "last" { last_run(&root)? } else { run.to_string() };
+    let id = resolve_run(&root, run, None)?;
     let rd = RunDir::open(&root, &id)?;
     let m = manifest::read(&rd.dir)?;
-    print_manifest(&m, rd.path(), json)?;
+    if json {
+        print_manifest(&m, rd.path(), json)?;
+    } else {
+        print_summary(&m, &rd)?;
+    }
     Ok(exit::OK)
+}
+
+/// `runws cat`: output `name` of a finished run, on stdout, only once its
+/// bytes were read into a private copy whose sha256 is the recorded one.
+pub fn cat(root: Option<&Path>, run: &str, name: &OsStr, job: Option<&str>) -> anyhow::Result<u8> {
+    let root = workspace::resolve_root(root)?;
+    let id = resolve_run(&root, run, job)?;
+    let rd = RunDir::open(&root, &id)?;
+    let m = manifest::read(&rd.dir)?;
+    if m.status == Status::Running {
+        return Err(Error::Other(format!(
+            "run `{id}` is still running: its outputs may change (inside the run, use `runws get`)"
+        ))
+        .into());
+    }
+    let (copy, _, path) = crate::guard::verified_output(&rd, &m, name, crate::spool::IN_MEMORY)?;
+    let mut out = std::io::stdout().lock();
+    copy.copy_to(&mut out).map_err(|e| Error::io("cannot copy output", &path, e))?;
+    use std::io::Write;
+    out.flush().map_err(|e| Error::io("cannot copy output", &path, e))?;
+    Ok(exit::OK)
+}
+
+/// The human summary of `show`: the record, with where its files are.
+fn print_summary(m: &Manifest, rd: &RunDir) -> std::io::Result<()> {
+    print_manifest(m, rd.path(), false)?;
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let t = shown::text;
+    if !m.outputs.is_empty()
+        && let Ok(outputs) = rd.sub("outputs")
+    {
+        for o in &m.outputs {
+            writeln!(out, "file:      {}", shown::path(&outputs.join(&o.file)))?;
+        }
+    }
+    if let Ok(logs) = rd.sub("logs") {
+        let mut names = logs.entries_raw().unwrap_or_default();
+        names.sort();
+        for (name, _) in names {
+            writeln!(out, "log:       {}", shown::path(&logs.join(&name)))?;
+        }
+    }
+    match &m.checkpoint {
+        None => writeln!(out, "seal:      - (not sealed)")?,
+        Some(c) => {
+            let state = seal_state(m).unwrap_or_default();
+            let mut line = format!("seal:      {}", t(&state));
+            if let Some(a) = &c.archive {
+                line.push_str(&format!(" {}", shown::path(a)));
+            }
+            if let Some(sha) = &c.archive_sha256 {
+                line.push_str(&format!(" (sha256:{})", t(sha)));
+            }
+            if let Some(why) = &c.reason {
+                line.push_str(&format!(": {}", t(why)));
+            }
+            writeln!(out, "{line}")?;
+        }
+    }
+    if let Some(sb) = &m.sandbox {
+        let kind = match sb.kind {
+            manifest::sandbox::Kind::Sandbox => "sandbox",
+            manifest::sandbox::Kind::Audit => "audit",
+        };
+        if sb.missing.is_empty() {
+            writeln!(out, "sandbox:   {kind} ({})", t(&sb.mode))?;
+        } else {
+            writeln!(
+                out,
+                "sandbox:   {kind} ({}), DEGRADED: {} protection(s) missing",
+                t(&sb.mode),
+                sb.missing.len()
+            )?;
+            for miss in &sb.missing {
+                writeln!(out, "missing:   {}: {}", t(&miss.protection), t(&miss.why))?;
+            }
+        }
+    }
+    out.flush()
 }
 
 /// One run, as JSON or as a human summary.

@@ -78,9 +78,15 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => run::run(*args, root, store),
         Command::Lease(cmd) => lease::lease(root, store, cmd),
         Command::Cache(cmd) => cache::cache(cmd),
-        Command::Publish { key, file, fence, to, verbose } => {
-            lease::publish(root, store, &key, file.as_deref(), fence, to.as_deref(), verbose)
-        }
+        Command::Publish { key, file, fence, to, verbose, json } => lease::publish(
+            root,
+            store,
+            &key,
+            file.as_deref(),
+            fence,
+            to.as_deref(),
+            lease::Say { verbose, json },
+        ),
         Command::Audit(args) => run::audit(*args, root, store),
         Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
@@ -88,19 +94,39 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
-        Command::Ls { job, json } => ls::ls(root, job.as_deref(), json),
+        Command::Ls { job, json, json_lines } => ls::ls(root, job.as_deref(), json, json_lines),
         Command::Show { run, json } => ls::show(root, &run, json),
-        Command::Seal { run, opts } => seal::seal(root, &run, &opts),
+        Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
+        Command::Seal { run, opts, json } => seal::seal(root, &run, &opts, json),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
-        Command::Verify { archive } => seal::verify(&archive),
-        Command::Restore { archive, to, max_bytes, max_files } => {
-            seal::restore(root, &archive, &to, crate::restore::Limits { max_bytes, max_files })
+        Command::Verify { archive, json } => seal::verify(&archive, json),
+        Command::Restore { archive, to, max_bytes, max_files, json } => {
+            seal::restore(root, &archive, &to, crate::restore::Limits { max_bytes, max_files }, json)
         }
         Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
             reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
         }
         Command::Lane { command } => lane::dispatch(root, command),
     }
+}
+
+/// The schema of every JSON object a command prints with `--json`: fields
+/// are only added within it, never renamed or removed.
+pub(crate) const JSON_SCHEMA: u32 = 1;
+
+/// Prints `value` (an object) on stdout as one line of JSON, with the
+/// schema number first.
+pub(crate) fn print_json(value: serde_json::Value) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut object = serde_json::Map::new();
+    object.insert("schema".into(), JSON_SCHEMA.into());
+    if let serde_json::Value::Object(fields) = value {
+        object.extend(fields);
+    }
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &serde_json::Value::Object(object))?;
+    writeln!(out)?;
+    out.flush()
 }
 
 /// A closed stdout (`runws ls | head`) is not an error.

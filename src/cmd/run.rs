@@ -116,6 +116,7 @@ fn request(
         kill_after: args.kill_after,
         lease_ttl: args.lease_ttl,
         capture: args.capture,
+        json_status_fd: args.json_status_fd,
         worktree: args.worktree,
         base: args.base,
         cwd: args.cwd,

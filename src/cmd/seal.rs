@@ -62,11 +62,25 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
     }
 }
 
-pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs) -> anyhow::Result<u8> {
+pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let id = if run == "last" { super::ls::last_run(&root)? } else { run.to_string() };
+    let id = if run == "last" { super::ls::last_run(&root, None)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
-    seal_run(&rd, &options(args))
+    if !json {
+        return seal_run(&rd, &options(args));
+    }
+    let cp = checkpoint::seal(&rd, &options(args))?;
+    let code = report(&rd.id, &cp);
+    let mut object = serde_json::Map::new();
+    object.insert("run_id".into(), rd.id.clone().into());
+    // The checkpoint as the manifest records it: source (`receipt`,
+    // `quarantine`, `none`), archive, archive_sha256, receipt, reason,
+    // findings, not_scanned, at.
+    if let serde_json::Value::Object(fields) = serde_json::to_value(&cp)? {
+        object.extend(fields);
+    }
+    super::print_json(serde_json::Value::Object(object))?;
+    Ok(code)
 }
 
 pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Result<u8> {
@@ -101,9 +115,17 @@ pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Re
     })
 }
 
-pub fn verify(archive: &Path) -> anyhow::Result<u8> {
+pub fn verify(archive: &Path, json: bool) -> anyhow::Result<u8> {
     let sha = restore::verify(archive)?;
-    println!("ok {} sha256:{sha}", crate::shown::path(archive));
+    if json {
+        super::print_json(serde_json::json!({
+            "archive": archive.to_string_lossy(),
+            "sha256": sha,
+            "ok": true,
+        }))?;
+    } else {
+        println!("ok {} sha256:{sha}", crate::shown::path(archive));
+    }
     Ok(exit::OK)
 }
 
@@ -116,10 +138,26 @@ pub fn restore(
     archive: &Path,
     to: &Path,
     limits: restore::Limits,
+    json: bool,
 ) -> anyhow::Result<u8> {
     let root = crate::workspace::resolve_root(root)?;
     let staged = restore::stage(archive, to, Some(&root), limits)?;
     let findings = staged.report().findings.clone();
+    let unscanned = staged.report().unscanned.clone();
+    let print = |report: &restore::RestoreReport| -> std::io::Result<()> {
+        if !json {
+            return Ok(());
+        }
+        super::print_json(serde_json::json!({
+            "archive": archive.to_string_lossy(),
+            "to": to.to_string_lossy(),
+            "files": report.files,
+            "bytes": report.bytes,
+            "from_quarantine": report.from_quarantine,
+            "findings": findings,
+            "unscanned": unscanned,
+        }))
+    };
     for f in &findings {
         eprintln!("runws: secret found: {}", crate::shown::line(&f.to_string()));
     }
@@ -139,6 +177,7 @@ pub fn restore(
             .into());
         }
         let report = staged.place()?;
+        print(&report)?;
         eprintln!(
             "runws: restored {} files ({} bytes) into {}; scan clean",
             report.files,
@@ -148,6 +187,7 @@ pub fn restore(
         return Ok(exit::OK);
     }
     let report = staged.place()?;
+    print(&report)?;
     let scan = match findings.len() {
         0 => "the scan found nothing".to_string(),
         n => format!(

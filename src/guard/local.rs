@@ -45,6 +45,42 @@ enum Caller {
     Peer(i32),
 }
 
+/// Output `name` of `run` as its manifest `m` records it, read once into a
+/// private copy (at most `in_memory` bytes of it in memory) whose hash is
+/// the recorded one, with its length and path: only that copy is handed
+/// on, since the file itself may be rewritten in place at any moment. `m`
+/// must have been read with [`manifest::read`], which checked that each
+/// output's file is exactly `<name>.<run_id>`.
+pub(crate) fn verified_output(
+    run: &RunDir,
+    m: &Manifest,
+    name: &OsStr,
+    in_memory: usize,
+) -> Result<(spool::Spool, u64, PathBuf)> {
+    let (mut f, rec, path) = open_output(run, m, name)?;
+    let (copy, bytes, sha) = spool::read_hashed_within(&mut f, in_memory).ctx("cannot read", &path)?;
+    if sha != rec.sha256 {
+        return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
+    }
+    Ok((copy, bytes, path))
+}
+
+/// Opens output `name` of `run`, as `m` records it, for reading, with its
+/// record and path.
+fn open_output(run: &RunDir, m: &Manifest, name: &OsStr) -> Result<(File, OutputRecord, PathBuf)> {
+    fsx::check_name(name)?;
+    let rec = m
+        .output(name)
+        .cloned()
+        .ok_or_else(|| Error::NotProduced { run: run.id.clone(), name: shown::os(name) })?;
+    let outputs = run.sub("outputs")?;
+    let path = outputs.join(&rec.file);
+    let Some(f) = outputs.open_read(&rec.file)? else {
+        return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: "no file".into() });
+    };
+    Ok((f, rec, path))
+}
+
 /// The run in `run_dir`, which must be `ROOT/runs/<run_id>` (under `root`
 /// when given), and its manifest as read now.
 pub(crate) fn locate(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<(RunDir, Manifest)> {
@@ -135,22 +171,6 @@ impl Local {
         }
     }
 
-    /// Opens this run's output `name` for reading, with its record and path.
-    fn open_output(&self, name: &OsStr) -> Result<(File, OutputRecord, PathBuf)> {
-        fsx::check_name(name)?;
-        let m = self.manifest()?;
-        let rec = m
-            .output(name)
-            .cloned()
-            .ok_or_else(|| Error::NotProduced { run: self.run.id.clone(), name: shown::os(name) })?;
-        let outputs = self.outputs()?;
-        let path = outputs.join(&rec.file);
-        let Some(f) = outputs.open_read(&rec.file)? else {
-            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: "no file".into() });
-        };
-        Ok((f, rec, path))
-    }
-
     /// Output `name` of this run, read once into a private copy (at most
     /// `in_memory` bytes of it in memory) whose hash is the recorded one,
     /// with its length and path: only that copy is handed on, since the
@@ -171,12 +191,7 @@ impl Local {
                 name: shown::os(name),
             });
         }
-        let (mut f, rec, path) = self.open_output(name)?;
-        let (copy, bytes, sha) = spool::read_hashed_within(&mut f, in_memory).ctx("cannot read", &path)?;
-        if sha != rec.sha256 {
-            return Err(Error::Integrity { path, expected: rec.sha256.clone(), found: sha });
-        }
-        Ok((copy, bytes, path))
+        verified_output(&self.run, &self.manifest()?, name, in_memory)
     }
 
     /// [`Calls::import`] held to `allowed` (runws's own copy of a sandboxed
@@ -358,13 +373,14 @@ impl Calls for Local {
 
     /// True only if this run recorded `name` and its bytes still match.
     fn has(&self, name: &OsStr) -> Result<bool> {
-        let checked = self.open_output(name).and_then(|(mut f, rec, path)| {
-            let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
-            if sha != rec.sha256 {
-                return Err(Error::Integrity { path, expected: rec.sha256, found: sha });
-            }
-            Ok(())
-        });
+        let checked =
+            self.manifest().and_then(|m| open_output(&self.run, &m, name)).and_then(|(mut f, rec, path)| {
+                let (_, sha) = hash_reader(&mut f).ctx("cannot read", &path)?;
+                if sha != rec.sha256 {
+                    return Err(Error::Integrity { path, expected: rec.sha256, found: sha });
+                }
+                Ok(())
+            });
         match checked {
             Ok(()) => Ok(true),
             Err(Error::NotProduced { .. }) => Ok(false),

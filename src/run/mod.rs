@@ -26,6 +26,7 @@ mod monitor;
 mod prepare;
 mod request;
 mod start;
+mod status;
 
 pub use isolation::{Isolation, Note, Opened, Plain, Preparing};
 pub use lease::RunLease;
@@ -57,7 +58,9 @@ pub struct Finished {
 /// Runs `req`: creates the run, builds its world, starts the command,
 /// watches it and records how it ended. An error is a run that failed before
 /// its command started (recorded in its manifest once its directory exists).
-pub fn run(req: Request) -> anyhow::Result<Finished> {
+pub fn run(mut req: Request) -> anyhow::Result<Finished> {
+    // Taken first, so that nothing runws opens can take its number.
+    let status_fd = status::claim(req.json_status_fd.take())?;
     let checked = req.check()?;
     let lease = match &checked.req.lease {
         Some(key) => Some(RunLease::acquire(
@@ -75,12 +78,22 @@ pub fn run(req: Request) -> anyhow::Result<Finished> {
     let mut run = RunDir::create(&checked.root, &checked.id)?;
     let creating = run.creating.take();
     let invoked_from = checked.invoked_from.clone();
-    let prepared = prepare::prepare(&run, creating, checked, lease, signals)?;
-    let cwd = prepared.cwd.clone();
-    let ended = match prepared.start()? {
-        Begun::Running(started) => started.watch()?,
-        Begun::NotRun(code) => Ended { code, started: false, interrupted: None },
-    };
+    let ended = (|| {
+        let prepared = prepare::prepare(&run, creating, checked, lease, signals)?;
+        let cwd = prepared.cwd.clone();
+        Ok::<_, anyhow::Error>((
+            match prepared.start()? {
+                Begun::Running(started) => started.watch()?,
+                Begun::NotRun(code) => Ended { code, started: false, interrupted: None },
+            },
+            cwd,
+        ))
+    })();
+    // Whichever way the run ended, once its end is recorded.
+    if let Some(out) = status_fd {
+        status::write(out, &run);
+    }
+    let (ended, cwd) = ended?;
     Ok(Finished {
         run,
         code: ended.code,

@@ -59,6 +59,9 @@ pub struct Request {
     /// How long to wait for that lease.
     pub wait: Duration,
     pub capture: bool,
+    /// `--json-status-fd`: the descriptor the final record is written to
+    /// when the run ends.
+    pub json_status_fd: Option<i32>,
     /// The repository to give the run a worktree of.
     pub worktree: Option<PathBuf>,
     pub base: String,
@@ -100,6 +103,7 @@ impl Request {
             lease: None,
             wait: defaults::LEASE_WAIT,
             capture: false,
+            json_status_fd: None,
             worktree: None,
             base: defaults::BASE.into(),
             cwd: None,
