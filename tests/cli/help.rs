@@ -1,0 +1,121 @@
+//! `--help` teaches: every command opens with its own description, every
+//! option and argument says what it is for, and a usage error keeps clap's
+//! tip and points at the help of the command it was made in.
+
+use crate::harness::*;
+
+/// The first paragraph of a help text (its opening lines, up to the first
+/// blank one), with the wrapping undone.
+fn opening(help: &str) -> String {
+    let lines: Vec<&str> = help.lines().take_while(|l| !l.trim().is_empty()).collect();
+    lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ")
+}
+
+/// The lines of section `title` (`Commands:`, `Options:`) of a help text.
+fn section<'a>(help: &'a str, title: &str) -> Vec<&'a str> {
+    help.lines().skip_while(|l| *l != title).skip(1).take_while(|l| !l.trim().is_empty()).collect()
+}
+
+/// Each subcommand `-h` lists, with the description it shows for it (its
+/// wrapped lines joined).
+fn subcommands(help: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for line in section(help, "Commands:") {
+        let indent = line.len() - line.trim_start().len();
+        if indent <= 2 {
+            let (name, about) = line.trim().split_once("  ").unwrap_or((line.trim(), ""));
+            found.push((name.to_string(), about.trim().to_string()));
+        } else if let Some(last) = found.last_mut() {
+            last.1 = format!("{} {}", last.1, line.trim());
+        }
+    }
+    found
+}
+
+/// Every subcommand's path below `path`, with the description its parent
+/// shows for it; clap's own `help` is left out.
+fn walk(env: &Env, path: Vec<String>, into: &mut Vec<(Vec<String>, String)>) {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("-h");
+    let out = env.run(&args);
+    out.ok();
+    for (name, about) in subcommands(&out.stdout) {
+        if name == "help" {
+            continue;
+        }
+        let mut sub = path.clone();
+        sub.push(name);
+        into.push((sub.clone(), about));
+        walk(env, sub, into);
+    }
+}
+
+fn all_commands(env: &Env) -> Vec<(Vec<String>, String)> {
+    let mut all = Vec::new();
+    walk(env, Vec::new(), &mut all);
+    assert!(all.len() > 20, "too few subcommands found: {all:?}");
+    all
+}
+
+#[test]
+fn every_command_opens_its_help_with_its_own_description() {
+    let env = Env::new();
+    for (path, about) in all_commands(&env) {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("-h");
+        let out = env.run(&args);
+        out.ok();
+        assert_eq!(opening(&out.stdout), about, "`runws {}` opens with the wrong text", path.join(" "));
+        assert!(!about.is_empty(), "`runws {}` has no description", path.join(" "));
+    }
+    // The long help of the commands that flatten the seal's options.
+    let long = env.run(&["run", "--help"]);
+    long.ok();
+    assert!(
+        opening(&long.stdout).starts_with("Run COMMAND once, in a fresh run directory"),
+        "{}",
+        long.stdout
+    );
+    let via_help = env.run(&["help", "run"]);
+    via_help.ok();
+    assert_eq!(via_help.stdout, long.stdout);
+    let audit = env.run(&["audit", "--help"]);
+    audit.ok();
+    assert!(
+        opening(&audit.stdout).starts_with("Run COMMAND with every location outside"),
+        "{}",
+        audit.stdout
+    );
+    let seal = env.run(&["seal", "--help"]);
+    seal.ok();
+    assert!(opening(&seal.stdout).starts_with("Pack the run"), "{}", seal.stdout);
+}
+
+#[test]
+fn every_option_and_argument_has_help_text() {
+    let env = Env::new();
+    let mut bare = Vec::new();
+    for (path, _) in all_commands(&env) {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("-h");
+        let out = env.run(&args);
+        out.ok();
+        for title in ["Arguments:", "Options:"] {
+            for line in section(&out.stdout, title) {
+                let indent = line.len() - line.trim_start().len();
+                // An argument's own line; deeper lines continue a help text.
+                if indent > 6 {
+                    continue;
+                }
+                let spec = line.trim();
+                // clap's own notes (`[default: 1m]`, `[possible values: ...]`)
+                // are not help.
+                let help = spec.split_once("  ").map_or("", |(_, help)| help.trim());
+                if help.is_empty() || help.starts_with('[') {
+                    bare.push(format!("runws {}: {spec}", path.join(" ")));
+                }
+            }
+        }
+    }
+    assert!(bare.is_empty(), "arguments without help:\n{}", bare.join("\n"));
+}
