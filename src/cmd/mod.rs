@@ -9,6 +9,7 @@ mod ls;
 mod reap;
 mod run;
 mod seal;
+mod usage;
 
 use clap::Parser;
 
@@ -39,7 +40,7 @@ pub fn main() -> u8 {
             return exit::OK;
         }
         Err(e) => {
-            eprintln!("runws: {} (see `runws --help`)", crate::shown::line(&one_line(&e.to_string())));
+            eprint!("{}", usage::report(&e, &args));
             return exit::FAILURE;
         }
     };
@@ -53,20 +54,6 @@ pub fn main() -> u8 {
             crate::error::exit_code_of(&err)
         }
     }
-}
-
-/// A usage error on one line, like every other refusal: clap's message
-/// (which may list the missing arguments on the lines below it) without its
-/// usage and tip sections.
-fn one_line(text: &str) -> String {
-    let text = text.strip_prefix("error: ").unwrap_or(text);
-    let message: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    if message.is_empty() { "invalid usage".into() } else { message.join(" ") }
 }
 
 /// Runs one parsed command line; returns the exit code on success.

@@ -119,3 +119,42 @@ fn every_option_and_argument_has_help_text() {
     }
     assert!(bare.is_empty(), "arguments without help:\n{}", bare.join("\n"));
 }
+
+#[test]
+fn a_misspelt_option_keeps_the_tip_and_points_at_the_subcommands_help() {
+    let env = Env::new();
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["run", "--captur", "--", "true"], "'--capture'", "`runws run --help`"),
+        (&["--root", "run", "run", "--jobs", "x", "--", "true"], "'--job'", "`runws run --help`"),
+        (&["lease", "acquire", "k", "--tt", "1s"], "'--ttl'", "`runws lease acquire --help`"),
+        (&["lane", "stamp", "l", "approve", "--reviwer", "Cy"], "'--reviewer'", "`runws lane stamp --help`"),
+        (&["ls", "--jsn"], "'--json'", "`runws ls --help`"),
+    ];
+    for (args, similar, help) in cases {
+        let out = env.run(args);
+        out.code(125).one_line_error();
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        out.stderr_has("a similar argument exists").stderr_has(similar).stderr_has(&format!("(see {help})"));
+    }
+    // Errors without a tip still point at the subcommand's help.
+    let out = env.run(&["run", "--ports", "many", "--", "true"]);
+    out.code(125).one_line_error().stderr_has("(see `runws run --help`)");
+    let out = env.run(&["lease", "release", "k", "--holder"]);
+    out.code(125).one_line_error().stderr_has("(see `runws lease release --help`)");
+    // A misspelt subcommand: the tip, and the list of commands.
+    let out = env.run(&["lsx"]);
+    out.code(125).one_line_error().stderr_has("'ls'").stderr_has("(see `runws --help`)");
+}
+
+#[test]
+fn bare_runws_lists_the_commands_on_stderr_and_exits_125() {
+    let env = Env::new();
+    let out = env.run(&[]);
+    out.code(125);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    out.stderr_has("Usage: runws").stderr_has("Commands:").stderr_has("\n  run ").stderr_has("\n  lane ");
+    // As does a command group without its subcommand.
+    let out = env.run(&["lease"]);
+    out.code(125);
+    out.stderr_has("Commands:").stderr_has("\n  acquire ").stderr_has("\n  release ");
+}
