@@ -14,7 +14,7 @@ pub use lane::LaneCommand;
 #[derive(Debug, Parser)]
 #[command(
     name = "runws",
-    version,
+    version = env!("RUNWS_VERSION"),
     about = "Give one execution of a command its own run id, directory, environment and record",
     long_about = "Give one execution of a command its own world: a run id, a run directory, an \
 environment built from empty (its own HOME, TMPDIR, XDG and git config paths, a kernel-assigned \
@@ -313,6 +313,28 @@ runws lane reset lane-PROJ-42-abcd --resetter Di"
         #[arg(long)]
         json: bool,
     },
+
+    /// Print a shell completion script (bash, zsh, fish)
+    #[command(
+        long_about = "Print the completion script of SHELL on stdout, generated from the same \
+definitions as --help: subcommands, options and their fixed values.",
+        after_help = "Install:\n  runws completions bash > /etc/bash_completion.d/runws\n  \
+runws completions zsh > /usr/local/share/zsh/site-functions/_runws\n  \
+runws completions fish > ~/.config/fish/completions/runws.fish"
+    )]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the manual page (roff), generated from the same definitions as --help
+    #[command(
+        long_about = "Print the manual page runws(1) on stdout, in roff: the description and \
+options of runws and of every subcommand, generated from the same definitions as --help.",
+        after_help = "Install:\n  runws man > /usr/local/share/man/man1/runws.1\n  man runws"
+    )]
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

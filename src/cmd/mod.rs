@@ -2,6 +2,7 @@
 //! `anyhow` for context; the exit code comes from the library error inside.
 
 mod cache;
+mod docs;
 mod guard;
 mod lane;
 mod lease;
@@ -86,6 +87,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
         }
         Command::Lane { command } => lane::dispatch(root, command),
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man => docs::man(),
     }
 }
 

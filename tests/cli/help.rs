@@ -158,3 +158,98 @@ fn bare_runws_lists_the_commands_on_stderr_and_exits_125() {
     out.code(125);
     out.stderr_has("Commands:").stderr_has("\n  acquire ").stderr_has("\n  release ");
 }
+
+#[test]
+fn completions_parse_and_name_every_subcommand() {
+    let env = Env::new();
+    let commands = all_commands(&env);
+    let bash = env.run(&["completions", "bash"]);
+    bash.ok();
+    let path = env.path("runws.bash");
+    std::fs::write(&path, &bash.stdout).unwrap();
+    let check = std::process::Command::new("bash").arg("-n").arg(&path).output().expect("bash");
+    assert!(check.status.success(), "bash -n: {}", String::from_utf8_lossy(&check.stderr));
+    // The script loads, and completes `runws le` to `lease`.
+    let script = format!(
+        "source {}; COMP_WORDS=(runws le); COMP_CWORD=1; COMP_LINE='runws le'; COMP_POINT=8; _runws runws le runws; echo \"${{COMPREPLY[@]}}\"",
+        path.display()
+    );
+    let out = std::process::Command::new("bash").args(["--norc", "-c", &script]).output().expect("bash");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "lease",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (path, _) in &commands {
+        let name = path.last().unwrap();
+        assert!(
+            bash.stdout.contains(&format!("runws__subcmd__{}", path.join("__subcmd__"))),
+            "bash: no {name}"
+        );
+    }
+    let zsh = env.run(&["completions", "zsh"]);
+    zsh.ok().stdout_has("#compdef runws");
+    let fish = env.run(&["completions", "fish"]);
+    fish.ok();
+    for (path, _) in &commands {
+        let name = path.last().unwrap();
+        zsh.stdout_has(&format!("'{name}:"));
+        fish.stdout_has(&format!("-a \"{name}\""));
+    }
+    env.run(&["completions", "tcsh"]).code(125).one_line_error().stderr_has("bash");
+}
+
+#[test]
+fn the_man_page_covers_every_subcommand() {
+    let env = Env::new();
+    let man = env.run(&["man"]);
+    man.ok().stdout_has(".TH runws 1").stdout_has(".SH COMMANDS");
+    for (path, _) in all_commands(&env) {
+        let heading = format!(".SS \"runws {}\"", path.join(" "));
+        let bare = format!(".SS runws {}", path.join(" "));
+        assert!(
+            man.stdout.contains(&heading) || man.stdout.contains(&bare),
+            "no section for `runws {}`",
+            path.join(" ")
+        );
+    }
+    // Every option of `run` is in it, with its help.
+    man.stdout_has("\\-\\-kill\\-after").stdout_has("Send SIGTERM to the command");
+    // It renders (when man is installed).
+    let page = env.path("runws.1");
+    std::fs::write(&page, &man.stdout).unwrap();
+    if let Ok(out) = std::process::Command::new("man").arg("-l").arg(&page).env("MANPAGER", "cat").output() {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("runws lease acquire"));
+    }
+}
+
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let env = Env::new();
+    let want = match std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD", "--show-toplevel"])
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8(out.stdout).unwrap();
+            let mut lines = text.lines();
+            let commit = lines.next().unwrap().to_string();
+            let top = std::path::PathBuf::from(lines.next().unwrap());
+            if top.canonicalize().unwrap()
+                == std::path::Path::new(env!("CARGO_MANIFEST_DIR")).canonicalize().unwrap()
+            {
+                format!("runws {} (commit {})\n", env!("CARGO_PKG_VERSION"), &commit[..12])
+            } else {
+                format!("runws {}\n", env!("CARGO_PKG_VERSION"))
+            }
+        }
+        _ => format!("runws {}\n", env!("CARGO_PKG_VERSION")),
+    };
+    for flag in ["--version", "-V"] {
+        let out = env.run(&[flag]);
+        out.ok();
+        assert_eq!(out.stdout, want);
+    }
+}
