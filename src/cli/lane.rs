@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-/// The steps of a promotion lane.
+// The steps of a promotion lane. (Not a doc comment: clap would show it
+// atop `runws lane --help` instead of the command's own description.)
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 pub enum LaneCommand {
@@ -17,6 +18,7 @@ Refused when the lane exists.")]
     Claim {
         /// `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`
         ticket: String,
+        /// Who claims the lane
         #[arg(long, value_name = "NAME")]
         claimant: String,
         /// Who works in the lane (`lane run`)
@@ -42,6 +44,7 @@ empty) with its working directory the lane's work/ and the job named after the l
 the command's process group are recorded on the card; `lane reset` ends that group. Allowed after \
 the claim, and after a `return` stamp.")]
     Run {
+        /// The lane's name, lane-<ticket>-<initials>
         lane: String,
         /// Also copy the command's stdout and stderr into the lane's logs/
         #[arg(long)]
@@ -55,6 +58,7 @@ the claim, and after a `return` stamp.")]
         /// Read KEY=VALUE lines from FILE
         #[arg(long = "env-file", value_name = "FILE")]
         env_file: Vec<PathBuf>,
+        /// The command and its arguments
         #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
         command: Vec<OsString>,
     },
@@ -66,7 +70,10 @@ list), then seal the lane into ROOT/archive/lanes/<lane>.tar.zst with its .sha25
 scanning every packed byte and the git history for secrets. Prints the kit's path. Exit 92 when \
 the check fails (nothing sealed), 80 when the scan found something (saved to quarantine), 81 when \
 nothing could be saved.")]
-    Seal { lane: String },
+    Seal {
+        /// The lane's name, lane-<ticket>-<initials>
+        lane: String,
+    },
 
     /// Restore a kit, show its diff stat, run its replay/eval.sh in a clean run
     #[command(long_about = "Verify KIT against KIT.sha256, restore it into a fresh directory under \
@@ -75,6 +82,7 @@ against the lane's base commit, and run replay/eval.sh from its work/ inside a c
 The result (pass or fail, the kit's sha256, eval's exit code, the run id) is recorded on the lane's \
 card. Exit 0 when eval passed, 93 when it failed.")]
     Review {
+        /// The sealed kit, ROOT/archive/lanes/<lane>.tar.zst
         kit: PathBuf,
         /// Time allowed for replay/eval.sh (0: no limit)
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = "10m")]
@@ -86,7 +94,9 @@ card. Exit 0 when eval passed, 93 when it failed.")]
 
     /// Stamp the reviewed kit: approve, return (for more work) or scrap
     Stamp {
+        /// The lane's name, lane-<ticket>-<initials>
         lane: String,
+        /// approve (may be promoted), return (back to run) or scrap
         #[arg(value_parser = ["approve", "return", "scrap"])]
         verdict: String,
         /// Must be the reviewer named at claim
@@ -101,11 +111,15 @@ in a new `git worktree` (default ROOT/worktrees/<lane>), and copy the approved k
 is committed or pushed, and the repository's own checkout is not touched. Refused when the branch \
 exists. Prints the worktree's path.")]
     Promote {
+        /// The lane's name, lane-<ticket>-<initials>
         lane: String,
+        /// The repository to promote into
         #[arg(long, value_name = "DIR")]
         repo: PathBuf,
+        /// The new branch (default: lane/<ticket>)
         #[arg(long, value_name = "BRANCH")]
         branch: Option<String>,
+        /// Where the new worktree goes (default: ROOT/worktrees/<lane>)
         #[arg(long, value_name = "DIR")]
         worktree: Option<PathBuf>,
     },
@@ -117,7 +131,9 @@ to its run), keep a \
 copy of the final card beside the kit (ROOT/archive/lanes/<lane>.card.json and .md), and remove the \
 lane directory without following symlinks.")]
     Reset {
+        /// The lane's name, lane-<ticket>-<initials>
         lane: String,
+        /// Must be the resetter named at claim
         #[arg(long, value_name = "NAME")]
         resetter: String,
         /// Wait between SIGTERM and SIGKILL to a leftover process group
@@ -127,7 +143,9 @@ lane directory without following symlinks.")]
 
     /// Show a lane's card (or, after a reset, the copy kept beside its kit)
     Show {
+        /// The lane's name, lane-<ticket>-<initials>
         lane: String,
+        /// Print the card as JSON
         #[arg(long)]
         json: bool,
     },

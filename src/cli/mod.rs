@@ -14,7 +14,7 @@ pub use lane::LaneCommand;
 #[derive(Debug, Parser)]
 #[command(
     name = "runws",
-    version,
+    version = env!("RUNWS_VERSION"),
     about = "Give one execution of a command its own run id, directory, environment and record",
     long_about = "Give one execution of a command its own world: a run id, a run directory, an \
 environment built from empty (its own HOME, TMPDIR, XDG and git config paths, a kernel-assigned \
@@ -81,6 +81,7 @@ Writing the same bytes again succeeds without rewriting.")]
 
     /// Print an output of the current run (called by the command)
     Get {
+        /// Output name, as given to `runws put`
         name: OsString,
         /// Refused unless RUN is the current run: read another run's output with `import`
         #[arg(long, value_name = "RUN")]
@@ -90,7 +91,10 @@ Writing the same bytes again succeeds without rewriting.")]
     /// Succeed only if the current run produced NAME (exit 1 otherwise)
     #[command(long_about = "Exit 0 only if the current run recorded NAME and its bytes still match; exit 1 \
 otherwise, silently. A file on disk is not proof that this run did the work.")]
-    Has { name: OsString },
+    Has {
+        /// Output name, as given to `runws put`
+        name: OsString,
+    },
 
     /// Copy a finished run's output into this run's inputs, recorded
     #[command(
@@ -98,7 +102,12 @@ otherwise, silently. A file on disk is not proof that this run did the work.")]
 succeeded, with bytes matching its manifest) into inputs/RUN/NAME of the current run, and record \
 the producer run and sha256 in the inputs and the input fingerprint."
     )]
-    Import { run: String, name: OsString },
+    Import {
+        /// The id of the run that produced NAME
+        run: String,
+        /// Output name in that run
+        name: OsString,
+    },
 
     /// Record something this run created, for `reap` (called by the command)
     #[command(
@@ -111,8 +120,10 @@ every member descends from this run's runws; signalled only while every member p
 the run). A claim that breaks these rules is refused (exit 125)."
     )]
     Claim {
+        /// What is claimed: a path, a git branch or worktree, or a process group
         #[arg(value_parser = ["path", "branch", "worktree", "pgid"])]
         kind: String,
+        /// The path, branch name, worktree path or process group id
         value: String,
         /// The git repository of a branch or worktree (default: the current directory)
         #[arg(long, value_name = "DIR")]
@@ -121,6 +132,7 @@ the run). A claim that breaks these rules is refused (exit 125)."
 
     /// Show the current run (called by the command)
     Info {
+        /// Print the run as JSON
         #[arg(long)]
         json: bool,
     },
@@ -186,6 +198,7 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
         /// Wait between SIGTERM and SIGKILL to a leftover process group
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = crate::reap::DEFAULT_GRACE_SHOWN)]
         grace: std::time::Duration,
+        /// Print the steps as JSON
         #[arg(long)]
         json: bool,
     },
@@ -212,6 +225,7 @@ under the run's own lease only.",
         after_help = "Example:\n  runws run --lease report/$(date +%F) -- sh -c 'make report && runws publish \"$RUNWS_LEASE_KEY\" report.json --to /srv/reports'"
     )]
     Publish {
+        /// The lease the payload belongs to
         key: String,
         /// Payload file, or `-` for standard input
         file: Option<PathBuf>,
@@ -261,8 +275,10 @@ path:line:rule with the secret redacted; whatever could not be looked inside is 
 with the reason. Exit 0 when nothing is found and everything was scanned, 82 when something is \
 found, 83 when nothing is but something could not be scanned.")]
     Scan {
+        /// Files and directories to scan
         #[arg(required_unless_present = "rules", value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Print the findings as JSON
         #[arg(long)]
         json: bool,
         /// Print the rules as ripgrep patterns (one regex per line) and exit
@@ -289,6 +305,7 @@ content or --max-files entries, and, for an archive from an ordinary location, a
 finds (exit 82). An archive whose path is under a `quarantine/` directory is restored whatever the \
 scan finds, and its findings are listed.")]
     Restore {
+        /// The archive to restore (its .sha256 file must lie beside it)
         archive: PathBuf,
         /// Directory to extract into (must not exist, or be empty)
         #[arg(long, value_name = "DIR")]
@@ -329,9 +346,32 @@ prefix of exactly one run id, or `last`. With --json, the manifest as it is reco
     Show {
         /// A run id, a unique prefix of one, or `last`
         run: String,
+        /// Print the manifest as JSON
         #[arg(long)]
         json: bool,
     },
+
+    /// Print a shell completion script (bash, zsh, fish)
+    #[command(
+        long_about = "Print the completion script of SHELL on stdout, generated from the same \
+definitions as --help: subcommands, options and their fixed values.",
+        after_help = "Install:\n  runws completions bash > /etc/bash_completion.d/runws\n  \
+runws completions zsh > /usr/local/share/zsh/site-functions/_runws\n  \
+runws completions fish > ~/.config/fish/completions/runws.fish"
+    )]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the manual page (roff), generated from the same definitions as --help
+    #[command(
+        long_about = "Print the manual page runws(1) on stdout, in roff: the description and \
+options of runws and of every subcommand, generated from the same definitions as --help.",
+        after_help = "Install:\n  runws man > /usr/local/share/man/man1/runws.1\n  man runws"
+    )]
+    Man,
 }
 
 #[derive(Debug, Subcommand)]
@@ -347,6 +387,7 @@ serialised. The command's exit status is runws's.",
         after_help = "Example:\n  runws cache warm /srv/npm-cache -- npm ci --cache /srv/npm-cache"
     )]
     Warm {
+        /// The cache directory (it must exist)
         dir: PathBuf,
         /// The command and its arguments
         #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -364,12 +405,15 @@ up to --wait (default: not at all, like `flock -n`), then exit 75 naming the hol
 the token alone; the holder taken is said on stderr. `lease renew` and `lease release` from the \
 same shell default to the same holder.")]
     Acquire {
+        /// The lease's name
         key: String,
         /// Who holds it (default: HOST:PPID, the calling shell)
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
+        /// How long the lease lasts unless renewed
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
         ttl: std::time::Duration,
+        /// How long to wait for a lease someone else holds
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_WAIT_SHOWN)]
         wait: std::time::Duration,
         /// Print the result as one JSON object on stdout (see the README's "Output for machines")
@@ -381,15 +425,18 @@ same shell default to the same holder.")]
 `runws run --lease KEY`, --holder defaults to the run's own holder; inside a sandbox, runws renews \
 the run's own lease for the command, for at most the run's --lease-ttl.")]
     Renew {
+        /// The lease's name
         key: String,
         /// Who holds it [default: the run's holder inside `run --lease KEY`, else HOST:PPID, the calling shell]
         #[arg(long, value_name = "ID")]
         holder: Option<String>,
+        /// How long the renewed lease lasts from now
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = defaults::LEASE_TTL_SHOWN)]
         ttl: std::time::Duration,
     },
     /// Give the lease up (only its holder can)
     Release {
+        /// The lease's name
         key: String,
         /// Who holds it [default: the run's holder inside `run --lease KEY`, else HOST:PPID, the calling shell]
         #[arg(long, value_name = "ID")]
@@ -397,13 +444,17 @@ the run's own lease for the command, for at most the run's --lease-ttl.")]
     },
     /// Show the holder, the token and when the lease expires
     Show {
+        /// The lease's name
         key: String,
+        /// Print the lease as JSON
         #[arg(long)]
         json: bool,
     },
 }
 
-/// Options of a seal, for `runws seal` and `runws run --seal`.
+// Options of a seal, for `runws seal` and `runws run --seal`. (Not a doc
+// comment: clap would show it atop the help of every command that flattens
+// these options.)
 #[derive(Debug, Args, Clone)]
 pub struct SealArgs {
     /// Directory for the archive (default: ROOT/archive/<job>)
@@ -612,5 +663,43 @@ mod tests {
     fn the_whole_command_line_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    /// `--help` teaches: every subcommand has a description of its own
+    /// (not one borrowed from a flattened struct) and every option and
+    /// argument says what it is for.
+    #[test]
+    fn every_command_and_argument_has_help_text() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            match cmd.get_about() {
+                None => missing.push(format!("{path}: no description")),
+                // A doc comment on a flattened struct takes the command's place.
+                Some(about) if cmd.get_subcommands().any(|sub| sub.get_about() == Some(about)) => {
+                    missing.push(format!("{path}: a subcommand opens with its description"))
+                }
+                Some(_) => {}
+            }
+            let mut abouts: Vec<String> =
+                cmd.get_subcommands().filter_map(|s| s.get_about()).map(|a| a.to_string()).collect();
+            abouts.sort();
+            if abouts.windows(2).any(|w| w[0] == w[1]) {
+                missing.push(format!("{path}: two subcommands open with the same description"));
+            }
+            for arg in cmd.get_arguments() {
+                if !arg.is_hide_set() && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path}: {} has no help", arg.get_id()));
+                }
+            }
+            // clap's own `help` lists the commands again.
+            for sub in cmd.get_subcommands().filter(|sub| sub.get_name() != "help") {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "runws", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

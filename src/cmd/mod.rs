@@ -2,6 +2,7 @@
 //! `anyhow` for context; the exit code comes from the library error inside.
 
 mod cache;
+mod docs;
 mod guard;
 mod hint;
 mod lane;
@@ -10,6 +11,7 @@ mod ls;
 mod reap;
 mod run;
 mod seal;
+mod usage;
 
 use clap::Parser;
 
@@ -40,7 +42,7 @@ pub fn main() -> u8 {
             return exit::OK;
         }
         Err(e) => {
-            eprintln!("runws: {} (see `runws --help`)", crate::shown::line(&one_line(&e.to_string())));
+            eprint!("{}", usage::report(&e, &args));
             return exit::FAILURE;
         }
     };
@@ -54,20 +56,6 @@ pub fn main() -> u8 {
             crate::error::exit_code_of(&err)
         }
     }
-}
-
-/// A usage error on one line, like every other refusal: clap's message
-/// (which may list the missing arguments on the lines below it) without its
-/// usage and tip sections.
-fn one_line(text: &str) -> String {
-    let text = text.strip_prefix("error: ").unwrap_or(text);
-    let message: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    if message.is_empty() { "invalid usage".into() } else { message.join(" ") }
 }
 
 /// Runs one parsed command line; returns the exit code on success.
@@ -107,6 +95,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
         }
         Command::Lane { command } => lane::dispatch(root, command),
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man => docs::man(),
     }
 }
 

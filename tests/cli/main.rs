@@ -21,6 +21,7 @@ mod final_record;
 mod git_safety;
 mod guard;
 mod guard_membership;
+mod help;
 mod inputs;
 mod lane;
 mod lease;
