@@ -61,10 +61,19 @@ pub(super) fn pg_url() -> Option<String> {
     match std::env::var("RUNWS_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!("skipped: RUNWS_TEST_PG_URL not set");
+            skip("RUNWS_TEST_PG_URL not set");
             None
         }
     }
+}
+
+/// Says a PostgreSQL test skipped; fails it instead where a server was
+/// started for the tests (`RUNWS_TEST_PG_REQUIRED`, which `.ci/run` sets).
+pub(super) fn skip(why: &str) {
+    if std::env::var_os("RUNWS_TEST_PG_REQUIRED").is_some_and(|v| !v.is_empty()) {
+        panic!("{why}, but RUNWS_TEST_PG_REQUIRED says a PostgreSQL server was started for the tests");
+    }
+    eprintln!("skipped: {why}");
 }
 
 impl PgFixture {
@@ -670,7 +679,7 @@ mod restart {
     fn pg_store_restarted_keeps_counting() {
         let Some(url) = pg_url() else { return };
         let Some(ctl) = std::env::var("RUNWS_TEST_PG_CTL").ok().filter(|c| !c.is_empty()) else {
-            eprintln!("skipped: RUNWS_TEST_PG_CTL not set");
+            super::skip("RUNWS_TEST_PG_CTL not set");
             return;
         };
         let _exclusive = SERVER.write().unwrap_or_else(|e| e.into_inner());

@@ -196,6 +196,12 @@ pub fn stores() -> Vec<Option<String>> {
     }
     match std::env::var("RUNWS_TEST_PG_URL") {
         Ok(url) if !url.is_empty() => v.push(Some(url)),
+        // Where a server was started for the tests, not using it is a failure.
+        _ if std::env::var_os("RUNWS_TEST_PG_REQUIRED").is_some_and(|v| !v.is_empty()) => {
+            panic!(
+                "RUNWS_TEST_PG_URL not set, but RUNWS_TEST_PG_REQUIRED says a PostgreSQL server was started"
+            )
+        }
         _ => eprintln!("skipped the PostgreSQL half: RUNWS_TEST_PG_URL not set"),
     }
     v
