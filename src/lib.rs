@@ -29,6 +29,7 @@ mod pgroup;
 mod ping;
 mod ports;
 mod procinfo;
+mod progress;
 mod reap;
 mod restore;
 mod restores;

@@ -832,6 +832,8 @@ pub fn reap(root: &Root, opts: &Options) -> Result<Vec<RunReport>> {
     ids.sort();
     let procs = Procs::scan(Some(root));
     let live = LiveClaims::new(root);
+    let what = if opts.dry_run { "looking at runs" } else { "reaping" };
+    let progress = crate::progress::Progress::start(what.into(), "runs", Some(ids.len() as u64));
     // Runs are independent: reap them on every core, keeping the order.
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
     let chunk = ids.len().div_ceil(workers).max(1);
@@ -839,14 +841,21 @@ pub fn reap(root: &Root, opts: &Options) -> Result<Vec<RunReport>> {
         let handles: Vec<_> = ids
             .chunks(chunk)
             .map(|part| {
-                let (runs, procs, live) = (&runs, &procs, &live);
+                let (runs, procs, live, progress) = (&runs, &procs, &live, &progress);
                 scope.spawn(move || {
-                    part.iter().map(|id| reap_one(root, runs, id, opts, procs, live)).collect::<Vec<_>>()
+                    part.iter()
+                        .map(|id| {
+                            let report = reap_one(root, runs, id, opts, procs, live);
+                            progress.add(1, 0);
+                            report
+                        })
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
+    drop(progress);
     let mut reports = reports;
     reports.extend(leftover_reports(root, opts));
     if !opts.dry_run {

@@ -202,6 +202,11 @@ pub(super) fn extract(
         findings: Vec::new(),
         unscanned: Vec::new(),
         last: Vec::new(),
+        progress: crate::progress::Progress::start(
+            format!("restoring `{}`", crate::shown::path(archive)),
+            "files",
+            None,
+        ),
     };
     let done = (|| -> Result<()> {
         for entry in tar.entries().map_err(read_err)? {
@@ -253,6 +258,7 @@ struct Loop<'a> {
     unscanned: Vec<Unscanned>,
     /// The name of the entry being extracted, for a refusal.
     last: Vec<u8>,
+    progress: crate::progress::Progress,
 }
 
 impl Loop<'_> {
@@ -349,6 +355,7 @@ impl Loop<'_> {
                 futimens(file.as_fd(), &t, &t).ctx("cannot set the time of", shown())?;
                 self.files += 1;
                 self.bytes += written;
+                self.progress.add(1, written);
                 self.nodes.insert(key, Node::File);
             }
             tar::EntryType::Directory => {

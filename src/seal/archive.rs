@@ -195,6 +195,8 @@ fn write_archive(
     }
     let sink = BufWriter::with_capacity(CHUNK, HashingWriter::new(file));
     let compressor = Compressor::new(opts.format, sink).ctx("cannot start compressing", tmp_path)?;
+    let what = format!("packing `{}`", crate::shown::path(root.path()));
+    let progress = crate::progress::Progress::start(what, "files", None);
     let mut packer = Packer {
         root,
         opts,
@@ -206,6 +208,7 @@ fn write_archive(
         bytes: 0,
         entries: 0,
         excluded: Vec::new(),
+        progress: &progress,
     };
     let names: Vec<&OsStr> = opts.include.iter().map(OsStr::new).collect();
     packer.pack(&names)?;

@@ -73,6 +73,7 @@ pub(super) struct Packer<'a> {
     pub bytes: u64,
     pub entries: u64,
     pub excluded: Vec<String>,
+    pub progress: &'a crate::progress::Progress,
 }
 
 impl Packer<'_> {
@@ -216,6 +217,7 @@ impl Packer<'_> {
         self.inspector.end_file();
         self.files += 1;
         self.bytes += size;
+        self.progress.add(1, size);
         Ok(())
     }
 }

@@ -31,6 +31,7 @@ mod monitoring;
 mod names;
 mod ports;
 mod privacy;
+mod progress;
 mod reading;
 mod reap;
 mod reap_forged;
