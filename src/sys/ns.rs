@@ -68,8 +68,7 @@ extern "C" fn wait_for_the_end(_: *mut libc::c_void) -> libc::c_int {
         let nr = libc::SYS_pause;
         #[cfg(not(target_arch = "x86_64"))]
         let nr = libc::SYS_ppoll;
-        // SAFETY: pause, or ppoll with no descriptors, no timeout and no
-        // mask: no arguments point at memory.
+        // SAFETY: pause, or ppoll with no descriptors, no timeout and no mask: no arguments point at memory.
         unsafe { sys(nr, 0, 0, 0, 0) };
     }
 }

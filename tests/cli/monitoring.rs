@@ -260,3 +260,24 @@ fn a_command_cannot_forge_the_record_of_its_pings() {
     assert!(m.get("pings").is_none(), "{m}");
     assert!(m["restored"][0]["fields"].as_array().unwrap().iter().any(|f| f == "pings"), "{m}");
 }
+
+/// The end ping's body is read from the run's `logs/`, which the command can
+/// rewrite: a log it replaced with a symlink to a file outside the run (one
+/// only runws may read, as root) is never followed, so that file's bytes
+/// never reach the monitor; the run still ends as the command did.
+#[test]
+fn a_log_replaced_by_a_symlink_never_sends_what_it_points_at() {
+    let env = Env::new();
+    let secret = env.path("secret");
+    std::fs::write(&secret, "only-for-runws\n").unwrap();
+    let server = Server::start(Answer::Status(200));
+    let url = server.url("/p");
+    let script = format!(
+        "echo visible; cd \"$RUNWS_DIR/logs\" && rm -f stdout.log && ln -s '{}' stdout.log",
+        secret.display()
+    );
+    env.run(&["run", "--capture", "--ping", &url, "--", "sh", "-c", &script]).ok();
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(!String::from_utf8_lossy(&seen[1].body).contains("only-for-runws"), "{seen:?}");
+}
