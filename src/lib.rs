@@ -34,6 +34,7 @@ mod reap;
 mod restore;
 mod restores;
 mod run;
+mod runindex;
 mod sandbox;
 mod seal;
 mod shown;

@@ -113,6 +113,8 @@ pub fn resolve_root(flag: Option<&Path>) -> Result<Root> {
 
 /// `ROOT/runs`: one directory per run.
 const RUNS: &str = "runs";
+/// `ROOT/runs.index`: the index of runs, a hint (see `crate::runindex`).
+const RUN_INDEX: &str = "runs.index";
 /// `ROOT/store`: the default file store, its locks and the ports ledger.
 pub const STORE: &str = "store";
 /// `ROOT/archive`: sealed runs, one directory per job, and lanes' kits.
@@ -189,6 +191,12 @@ impl Root {
             }
             other => other,
         }
+    }
+
+    /// `ROOT/runs.index`: the append-only index of runs (a hint; see
+    /// `crate::runindex`).
+    pub fn run_index(&self) -> PathBuf {
+        self.0.join(RUN_INDEX)
     }
 
     /// `ROOT/store`: the default file store.
@@ -404,6 +412,7 @@ mod tests {
         assert_eq!(root.lane("lane-1-ab"), Path::new("/r/lanes/lane-1-ab"));
         assert_eq!(root.lane_worktree("lane-1-ab"), Path::new("/r/worktrees/lane-1-ab"));
         assert_eq!(root.restores(), Path::new("/r/restores"));
+        assert_eq!(root.run_index(), Path::new("/r/runs.index"));
     }
 
     #[test]

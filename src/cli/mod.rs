@@ -156,14 +156,31 @@ run id, or `last`: the most recently started run (of --job JOB when given).",
     },
 
     /// List runs
+    #[command(
+        long_about = "List runs, oldest first (--newest-first: newest first), printed as each run's \
+manifest is read. The runs come from ROOT/runs.index, an append-only index that `runws run` adds a \
+line to; it is only a hint: what is shown of a run is read from its manifest, and the index is \
+rebuilt from runs/ when it is missing, unreadable, or does not list every run there. --limit, \
+--job and --since read only the manifests of the runs they print.",
+        after_help = "Examples:\n  runws ls --newest-first --limit 20\n  runws ls --job nightly --since 2d --json-lines"
+    )]
     Ls {
         /// Only runs of this job
         #[arg(long, value_name = "JOB")]
         job: Option<String>,
+        /// Only runs started within DUR of now (e.g. 90m, 2d)
+        #[arg(long, value_name = "DUR", value_parser = crate::duration::parse)]
+        since: Option<std::time::Duration>,
+        /// Only the N newest runs (still printed in the chosen order)
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Newest first
+        #[arg(long)]
+        newest_first: bool,
         /// Print the runs as one JSON array
         #[arg(long)]
         json: bool,
-        /// Print one JSON object per run, one a line (JSON Lines), oldest first
+        /// Print one JSON object per run, one a line (JSON Lines)
         #[arg(long, alias = "jsonl", conflicts_with = "json")]
         json_lines: bool,
     },

@@ -2,13 +2,15 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
 use crate::error::Error;
 use crate::exit;
+use crate::fsx::Dir;
 use crate::manifest::{self, Manifest, Source, Status};
+use crate::runindex;
 use crate::shown;
 use crate::workspace::{self, Root, RunDir};
 
@@ -48,81 +50,173 @@ pub fn shown_status(m: &Manifest, now: SystemTime) -> String {
     }
 }
 
-fn rows(root: &Root, job: Option<&str>) -> Result<Vec<Row>, Error> {
-    let runs = match root.runs_dir(false) {
-        Ok(d) => d,
-        Err(_) => return Ok(Vec::new()),
-    };
-    let now = SystemTime::now();
-    let mut rows = Vec::new();
-    for id in runs.entries()? {
-        if workspace::check_run_id(&id).is_err() {
-            continue;
-        }
-        let row = match runs.sub(&id).and_then(|d| manifest::read(&d)) {
-            Ok(m) => {
-                if job.is_some_and(|j| j != m.job) {
-                    continue;
-                }
-                Row {
-                    status: shown_status(&m, now),
-                    seal: seal_state(&m),
-                    run_id: m.run_id,
-                    job: Some(m.job),
-                    started_at: Some(m.started_at),
-                    finished_at: m.finished_at,
-                    exit_code: m.exit_code,
-                    error: m.error,
-                }
-            }
-            Err(e) => {
-                if job.is_some() {
-                    continue;
-                }
-                let status = match e {
-                    Error::ManifestMissing { .. } => "incomplete",
-                    _ => "unreadable",
-                };
-                Row {
-                    run_id: id,
-                    job: None,
-                    status: status.into(),
-                    started_at: None,
-                    finished_at: None,
-                    exit_code: None,
-                    error: Some(e.to_string()),
-                    seal: None,
-                }
-            }
-        };
-        rows.push(row);
-    }
-    rows.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.run_id.cmp(&b.run_id)));
-    Ok(rows)
+/// What `ls` lists: which runs, how many, in what order.
+#[derive(Default)]
+pub struct Filter<'a> {
+    /// Only runs of this job.
+    pub job: Option<&'a str>,
+    /// Only runs started this long ago or since.
+    pub since: Option<Duration>,
+    /// At most this many runs: the newest.
+    pub limit: Option<usize>,
+    /// Newest first instead of oldest first.
+    pub newest_first: bool,
 }
 
-pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool, json_lines: bool) -> anyhow::Result<u8> {
+/// The row of run `id` when the filter keeps it; `None` when its directory
+/// is gone or the filter drops it. Only this run's manifest is read.
+fn row(
+    runs: &Dir,
+    e: &runindex::Entry,
+    f: &Filter,
+    now: SystemTime,
+    cutoff: Option<SystemTime>,
+) -> Option<Row> {
+    // The index's job and start only choose what to read; the manifest
+    // decides.
+    if let (Some(want), Some(have)) = (f.job, e.job.as_deref())
+        && want != have
+    {
+        return None;
+    }
+    if let (Some(cutoff), Some(ms)) = (cutoff, e.started_ms)
+        && (UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))) < cutoff
+    {
+        return None;
+    }
+    runs.lstat(&e.id).ok()??;
+    Some(match runs.sub(&e.id).and_then(|d| manifest::read(&d)) {
+        Ok(m) => {
+            if f.job.is_some_and(|j| j != m.job) {
+                return None;
+            }
+            if let Some(cutoff) = cutoff
+                && manifest::parse_time(&m.started_at).is_none_or(|t| t < cutoff)
+            {
+                return None;
+            }
+            Row {
+                status: shown_status(&m, now),
+                seal: seal_state(&m),
+                run_id: m.run_id,
+                job: Some(m.job),
+                started_at: Some(m.started_at),
+                finished_at: m.finished_at,
+                exit_code: m.exit_code,
+                error: m.error,
+            }
+        }
+        Err(e_read) => {
+            if f.job.is_some() || f.since.is_some() {
+                return None;
+            }
+            let status = match e_read {
+                Error::ManifestMissing { .. } => "incomplete",
+                _ => "unreadable",
+            };
+            Row {
+                run_id: e.id.clone(),
+                job: None,
+                status: status.into(),
+                started_at: None,
+                finished_at: None,
+                exit_code: None,
+                error: Some(e_read.to_string()),
+                seal: None,
+            }
+        }
+    })
+}
+
+/// Calls `each` with the rows `f` keeps, in its order, reading only the
+/// manifests of the runs it keeps (the runs themselves come from the index,
+/// see [`runindex`]).
+fn for_each_row(
+    root: &Root,
+    f: &Filter,
+    mut each: impl FnMut(Row) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let runs = match root.runs_dir(false) {
+        Ok(d) => d,
+        Err(_) => return Ok(()),
+    };
+    let now = SystemTime::now();
+    let cutoff = f.since.map(|d| now.checked_sub(d).unwrap_or(UNIX_EPOCH));
+    if f.newest_first || f.limit.is_some() {
+        let mut newest = runindex::Newest::open(root, &runs)?;
+        let mut kept = Vec::new();
+        let mut count = 0;
+        let limit = f.limit.unwrap_or(usize::MAX);
+        while count < limit
+            && let Some(e) = newest.next_entry()?
+        {
+            let Some(r) = row(&runs, &e, f, now, cutoff) else { continue };
+            count += 1;
+            if f.newest_first {
+                if !each(r)? {
+                    return Ok(());
+                }
+            } else {
+                kept.push(r);
+            }
+        }
+        if !f.newest_first {
+            for r in kept.into_iter().rev() {
+                if !each(r)? {
+                    break;
+                }
+            }
+        }
+        return Ok(());
+    }
+    for e in runindex::oldest_first(root, &runs)? {
+        if let Some(r) = row(&runs, &e, f, now, cutoff)
+            && !each(r)?
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+pub fn ls(root: Option<&Path>, f: &Filter, json: bool, json_lines: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
     root.must_exist()?;
-    let rows = rows(&root, job)?;
-    let mut out = std::io::stdout().lock();
     use std::io::Write;
+    // Printed as the rows come, a buffer at a time.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if json_lines {
-        for r in &rows {
-            serde_json::to_writer(&mut out, r)?;
+        for_each_row(&root, f, |r| {
+            serde_json::to_writer(&mut out, &r)?;
             writeln!(out)?;
-        }
+            Ok(true)
+        })?;
+        out.flush()?;
         return Ok(exit::OK);
     }
     if json {
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
+        // One array, as serde_json's pretty printer writes it, a row at a time.
+        let mut first = true;
+        for_each_row(&root, f, |r| {
+            out.write_all(if first { b"[\n" } else { b",\n" })?;
+            first = false;
+            let text = serde_json::to_string_pretty(&r)?;
+            for (i, line) in text.lines().enumerate() {
+                if i > 0 {
+                    out.write_all(b"\n")?;
+                }
+                write!(out, "  {line}")?;
+            }
+            Ok(true)
+        })?;
+        out.write_all(if first { b"[]\n" } else { b"\n]\n" })?;
+        out.flush()?;
         return Ok(exit::OK);
     }
     writeln!(out, "{:<36}  {:<20}  {:<10}  {:<24}  {:<4}  SEAL", "RUN", "JOB", "STATUS", "STARTED", "EXIT")?;
     // Every field but the status and the exit code came from a manifest
     // the run could write: escaped, so that it cannot forge a line.
-    for r in rows {
+    for_each_row(&root, f, |r| {
         writeln!(
             out,
             "{:<36}  {:<20}  {:<10}  {:<24}  {:<4}  {}",
@@ -133,20 +227,33 @@ pub fn ls(root: Option<&Path>, job: Option<&str>, json: bool, json_lines: bool) 
             r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
             shown::text(r.seal.as_deref().unwrap_or("-"))
         )?;
-    }
+        Ok(true)
+    })?;
+    out.flush()?;
     Ok(exit::OK)
 }
 
-/// The most recently started run (of job `job`, when given).
+/// The most recently started run (of job `job`, when given) whose manifest
+/// can be read: the newest in the index, read from its end.
 pub fn last_run(root: &Root, job: Option<&str>) -> Result<String, Error> {
-    rows(root, job)?.into_iter().rfind(|r| r.started_at.is_some()).map(|r| r.run_id).ok_or_else(
-        || match job {
-            Some(j) => {
-                Error::Other(format!("no runs of job `{}` under `{}`", shown::text(j), root.display()))
+    let mut found = None;
+    if let Ok(runs) = root.runs_dir(false) {
+        let f = Filter { job, ..Filter::default() };
+        let now = SystemTime::now();
+        let mut newest = runindex::Newest::open(root, &runs)?;
+        while let Some(e) = newest.next_entry()? {
+            if let Some(r) = row(&runs, &e, &f, now, None)
+                && r.started_at.is_some()
+            {
+                found = Some(e.id);
+                break;
             }
-            None => Error::Other(format!("no runs under `{}`", root.display())),
-        },
-    )
+        }
+    }
+    found.ok_or_else(|| match job {
+        Some(j) => Error::Other(format!("no runs of job `{}` under `{}`", shown::text(j), root.display())),
+        None => Error::Other(format!("no runs under `{}`", root.display())),
+    })
 }
 
 /// The most candidates an ambiguous prefix lists.

@@ -82,7 +82,10 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
-        Command::Ls { job, json, json_lines } => ls::ls(root, job.as_deref(), json, json_lines),
+        Command::Ls { job, since, limit, newest_first, json, json_lines } => {
+            let f = ls::Filter { job: job.as_deref(), since, limit, newest_first };
+            ls::ls(root, &f, json, json_lines)
+        }
         Command::Show { run, json } => ls::show(root, &run, json),
         Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
         Command::Seal { run, opts, json } => seal::seal(root, &run, &opts, json),

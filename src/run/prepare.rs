@@ -98,6 +98,14 @@ pub(super) fn prepare<'r>(
 ) -> anyhow::Result<Prepared<'r>> {
     let Checked { mut req, id, job, root, invoked_from, grants } = checked;
     let mut m = first_record(&req, &id, job, &invoked_from);
+    // Before the first record: a run with a record is in the index (or,
+    // made by an older runws, found by the next reader of the index).
+    crate::runindex::record(
+        &root,
+        &id,
+        &m.job,
+        manifest::parse_time(&m.started_at).unwrap_or_else(SystemTime::now),
+    );
     if let Some(l) = &lease {
         m.lease = Some(l.record());
     }
