@@ -42,6 +42,7 @@ mod reap_race;
 mod record_growth;
 mod records;
 mod restore;
+mod run_index;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;
