@@ -1,6 +1,7 @@
 //! The sandbox and the audit as a run's [`Isolation`]: where each step of
 //! [`crate::run`] hands over to this module.
 
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 use super::{Kind, Options, Setup};
@@ -13,18 +14,33 @@ use crate::workspace::RunDir;
 /// A sandboxed or audited run: its options, then its setup once prepared.
 pub struct Isolated {
     opts: Options,
+    /// Not as root: the user namespace made by [`Isolation::early`], which
+    /// the init enters.
+    own_userns: Option<OwnedFd>,
     setup: Option<Setup>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, setup: None }
+        Isolated { opts, own_userns: None, setup: None }
     }
 }
 
 impl Isolation for Isolated {
     fn shows_store(&self) -> bool {
         false
+    }
+
+    /// Not as root, a sandbox's user namespace is made now, while runws may
+    /// still write its maps: the init then runs in the child runws forks,
+    /// like root's, instead of a fresh `runws __sandbox-init` (an exec, and
+    /// the loading and start of runws, on the command's path). Only the
+    /// namespace and its two one-line maps exist yet: nothing of the run.
+    fn early(&mut self) {
+        let uid = nix::unistd::getuid().as_raw();
+        if self.opts.kind == Kind::Sandbox && uid != 0 {
+            self.own_userns = super::ns::own_user_namespace(uid, nix::unistd::getgid().as_raw()).ok();
+        }
     }
 
     /// The child executes the sandbox's init, which runs the command.
@@ -38,7 +54,7 @@ impl Isolation for Isolated {
             opts.rw.extend(rw);
             opts.ro.extend(ro);
         }
-        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, m)?;
+        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, self.own_userns.take(), m)?;
         setup.git_common = sandboxed_worktree.map(|w| w.common_dir.clone());
         if let Some(rec) = m.sandbox.as_mut() {
             rec.allow_import = Some(at.allow_import.to_vec());

@@ -121,6 +121,46 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
     result
 }
 
+/// For a runws that is not root: a user namespace mapping only `uid` and
+/// `gid` to themselves, with `setgroups` denied (what
+/// [`enter_user_namespace`] makes inside the init), made before runws
+/// becomes non-dumpable so that the init need not be a fresh executable to
+/// write its own maps (see `sandbox::Isolated::early`). A helper sharing
+/// runws's memory is created in the namespace; runws, dumpable still, may
+/// open the helper's files and writes its maps, opens the namespace and
+/// ends the helper. An error leaves the init to make the namespace itself.
+pub fn own_user_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd, Refused> {
+    use std::os::fd::OwnedFd;
+    const P: &str = "user namespace";
+    let pid = sys::ns::user_namespace_helper()
+        .map_err(|e| Refused::new(P, format!("cannot create a user namespace: {e}")))?;
+    let result = (|| {
+        let write = |file: &str, text: String| {
+            std::fs::write(format!("/proc/{pid}/{file}"), text)
+                .map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
+        };
+        write("setgroups", "deny".into())?;
+        write("uid_map", format!("{uid} {uid} 1\n"))?;
+        write("gid_map", format!("{gid} {gid} 1\n"))?;
+        let path = format!("/proc/{pid}/ns/user");
+        std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
+    })();
+    // As for `unprivileged_namespace`: our own child, killed by pid before
+    // anything could reap it, and reaped with the command's orphans.
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    result
+}
+
+/// Enters `userns` (from [`own_user_namespace`]) in place of making one:
+/// the init then holds every capability inside it, as after
+/// [`enter_user_namespace`].
+pub fn join_user_namespace<K: Kernel>(k: &K, userns: BorrowedFd<'_>) -> Result<(), Refused> {
+    k.setns(userns, CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| Refused::new("user namespace", format!("setns: {e}")))
+}
+
 /// Makes this process uid and gid 0 of `userns` (a namespace from
 /// [`unprivileged_namespace`]): on the host, the unprivileged ids it maps,
 /// with no supplementary group. Called by the command's process as root,
