@@ -290,8 +290,9 @@ fn enter_outer<K: Kernel>(
 /// Where an init stands when it enters the namespaces.
 enum Position<'a> {
     /// Outside them: it enters the user namespace (not as root: the one
-    /// runws handed it, or else a new one), and makes the PID and network
-    /// namespaces its child becomes PID 1 of.
+    /// runws handed it, or else a new one), makes the PID namespace its
+    /// child becomes PID 1 of, and enters the network namespace runws
+    /// handed it or makes one.
     Outer(Handed<'a>),
     /// PID 1 already (runws forked it into a new PID namespace): it enters
     /// the network namespace runws made, when it was handed one.
@@ -327,10 +328,9 @@ fn enter_namespaces<K: Kernel>(
     }
     let mount = status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?;
     let (pid, net) = match at {
-        Position::Outer(_) => (
+        Position::Outer(handed) => (
             status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
-            plan.net == Net::None
-                && status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"))?,
+            plan.net == Net::None && status.attempt(enter_network(k, handed))?,
         ),
         Position::Pid1(handed) => (true, plan.net == Net::None && status.attempt(enter_network(k, handed))?),
     };

@@ -1,7 +1,6 @@
 //! The sandbox and the audit as a run's [`Isolation`]: where each step of
 //! [`crate::run`] hands over to this module.
 
-use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 use super::{Kind, Options, Setup};
@@ -15,14 +14,14 @@ use crate::workspace::RunDir;
 pub struct Isolated {
     opts: Options,
     /// Not as root: the user namespace made by [`Isolation::early`], which
-    /// the init enters.
-    own_userns: Option<OwnedFd>,
+    /// the init enters, and with `--net none` the network namespace.
+    own: Option<super::ns::Own>,
     setup: Option<Setup>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, own_userns: None, setup: None }
+        Isolated { opts, own: None, setup: None }
     }
 }
 
@@ -39,7 +38,8 @@ impl Isolation for Isolated {
     fn early(&mut self) {
         let uid = nix::unistd::getuid().as_raw();
         if self.opts.kind == Kind::Sandbox && uid != 0 {
-            self.own_userns = super::ns::own_user_namespace(uid, nix::unistd::getgid().as_raw()).ok();
+            let gid = nix::unistd::getgid().as_raw();
+            self.own = super::ns::own_user_namespace(uid, gid, self.opts.net == super::Net::None).ok();
         }
     }
 
@@ -54,7 +54,7 @@ impl Isolation for Isolated {
             opts.rw.extend(rw);
             opts.ro.extend(ro);
         }
-        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, self.own_userns.take(), m)?;
+        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, self.own.take(), m)?;
         setup.git_common = sandboxed_worktree.map(|w| w.common_dir.clone());
         if let Some(rec) = m.sandbox.as_mut() {
             rec.allow_import = Some(at.allow_import.to_vec());

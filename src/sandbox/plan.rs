@@ -24,7 +24,7 @@
 //! refused with exit 125 instead of silently protecting nothing.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::child::{self, Spec};
@@ -336,7 +336,7 @@ pub fn prepare(
     run: &RunDir,
     root: &Path,
     exe: &Path,
-    own_userns: Option<OwnedFd>,
+    own: Option<super::ns::Own>,
     m: &mut Manifest,
 ) -> Result<Setup> {
     let uid = nix::unistd::getuid().as_raw();
@@ -348,7 +348,10 @@ pub fn prepare(
     let pending_net = (uid == 0 && opts.kind == Kind::Sandbox && opts.net == Net::None)
         .then(super::ns::NetworkNamespace::start)
         .and_then(|r| r.ok());
-    let own_userns = own_userns.map(child::high_fd).transpose()?;
+    let (own_userns, own_net) = match own {
+        Some(o) => (Some(child::high_fd(o.userns)?), o.net),
+        None => (None, None),
+    };
     let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
     let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
     let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
@@ -382,7 +385,12 @@ pub fn prepare(
         audit_environment(spec, m, run.path());
     }
     // A namespace the helper could not make is made by the init as usual.
-    let net = match pending_net.map(super::ns::NetworkNamespace::finish) {
+    let made = match (pending_net, own_net) {
+        (Some(p), _) => Some(p.finish()),
+        (None, Some(o)) => Some(o.finish()),
+        (None, None) => None,
+    };
+    let net = match made {
         Some(Ok(fd)) => Some(child::high_fd(fd)?),
         _ => None,
     };

@@ -184,3 +184,34 @@ fn the_sandboxed_command_holds_no_capability() {
         }
     }
 }
+
+/// What runws makes before the run exists (as an ordinary user, the user
+/// and network namespaces, through a helper process) goes when the run is
+/// refused: a run id used already leaves no process of runws's behind.
+#[test]
+fn a_sandboxed_run_refused_before_it_starts_leaves_no_process_behind() {
+    for who in everyone() {
+        if skip(who, "a_sandboxed_run_refused_before_it_starts_leaves_no_process_behind") {
+            continue;
+        }
+        let env = Env::new();
+        // Unique on this machine: a helper shares runws's memory, so its
+        // command line is runws's, with this id in it.
+        let id = format!("twice-{}", std::process::id());
+        runws_as(&env, who, &["run", "--run-id", &id, "--", "true"]).output_retrying();
+        for net in ["none", "host"] {
+            let out = Out::from(
+                runws_as(&env, who, &["run", "--run-id", &id, "--sandbox", "--net", net, "--", "true"])
+                    .output_retrying(),
+            );
+            out.code(125).stderr_has("already exists");
+            let holding = || {
+                std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+                    std::fs::read(p.path().join("cmdline"))
+                        .is_ok_and(|c| c.windows(id.len()).any(|w| w == id.as_bytes()))
+                })
+            };
+            assert!(wait_until(std::time::Duration::from_secs(10), || !holding()), "as {who:?}, --net {net}");
+        }
+    }
+}
