@@ -47,6 +47,12 @@ pub trait Isolation {
         true
     }
 
+    /// Before runws becomes the run's supervisor, and with it non-dumpable:
+    /// the moment to make what only a dumpable process may, holding nothing
+    /// of the run's yet. Never fails the run: what cannot be made here is
+    /// made later, the slower way.
+    fn early(&mut self) {}
+
     /// Before the fork: turns the plain `spec` into the isolated one and
     /// records the isolation in `m`.
     fn prepare(&mut self, at: &Preparing<'_>, spec: &mut Spec, m: &mut Manifest) -> Result<()>;

@@ -61,7 +61,7 @@ pub struct Finished {
 pub fn run(mut req: Request) -> anyhow::Result<Finished> {
     // Taken first, so that nothing runws opens can take its number.
     let status_fd = status::claim(req.json_status_fd.take())?;
-    let checked = req.check()?;
+    let mut checked = req.check()?;
     let lease = match &checked.req.lease {
         Some(key) => Some(RunLease::acquire(
             &checked.root,
@@ -73,6 +73,7 @@ pub fn run(mut req: Request) -> anyhow::Result<Finished> {
         )?),
         None => None,
     };
+    checked.req.isolation.early();
     // Held to the end of the run, whichever way it ends.
     let (_supervisor, signals) = prepare::Supervisor::start()?;
     let mut run = RunDir::create(&checked.root, &checked.id)?;

@@ -159,7 +159,7 @@ pub fn run(start: Start) -> u8 {
     // The command must not inherit the status pipe, nor the user namespace.
     let _ = nix::fcntl::fcntl(&start.status, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     let handed = Handed::of(&start.plan);
-    if let Some(ns) = handed.userns {
+    for ns in [handed.userns, handed.own_userns].into_iter().flatten() {
         let _ = nix::fcntl::fcntl(ns, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
     if let Some(Ok(net)) = handed.net {
@@ -210,6 +210,9 @@ struct Job {
 struct Handed<'a> {
     /// See [`Plan::unprivileged`]; `None` too when its number is not open.
     userns: Option<BorrowedFd<'a>>,
+    /// See [`Plan::own_userns_fd`]; `None` too when its number is not open
+    /// (the init then makes its user namespace itself).
+    own_userns: Option<BorrowedFd<'a>>,
     /// See [`Plan::net_fd`]: the descriptor, or its number when that is not
     /// open.
     net: Option<Result<BorrowedFd<'a>, i32>>,
@@ -221,6 +224,7 @@ impl Handed<'static> {
         // (close-on-exec) until the command is executed.
         Handed {
             userns: plan.unprivileged.and_then(|u| sys::fd::borrow_inherited(u.userns_fd)),
+            own_userns: plan.own_userns_fd.and_then(sys::fd::borrow_inherited),
             net: plan.net_fd.map(|fd| sys::fd::borrow_inherited(fd).ok_or(fd)),
         }
     }
@@ -244,7 +248,7 @@ fn outer(
     if let Some(n) = &notify {
         let _ = nix::fcntl::fcntl(n, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
     }
-    let entered = match enter_outer(&Real, plan, &mut status) {
+    let entered = match enter_outer(&Real, plan, &mut status, job.handed) {
         Ok(Some(entered)) => entered,
         Ok(None) => return Ok(exit::FAILURE),
         Err(r) => return Err((status, r)),
@@ -274,15 +278,22 @@ fn outer(
 /// which namespaces it entered, or `None` when runws is gone already.
 /// Each step taken, or with `--sandbox=try` noted as missing; else the
 /// refusal.
-fn enter_outer<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<Option<Entered>, Refused> {
-    enter_namespaces(k, plan, status, Position::Outer)
+fn enter_outer<K: Kernel>(
+    k: &K,
+    plan: &Plan,
+    status: &mut Status,
+    handed: Handed<'_>,
+) -> Result<Option<Entered>, Refused> {
+    enter_namespaces(k, plan, status, Position::Outer(handed))
 }
 
 /// Where an init stands when it enters the namespaces.
 enum Position<'a> {
-    /// Outside them: it enters the user namespace (not as root), and makes
-    /// the PID and network namespaces its child becomes PID 1 of.
-    Outer,
+    /// Outside them: it enters the user namespace (not as root: the one
+    /// runws handed it, or else a new one), makes the PID namespace its
+    /// child becomes PID 1 of, and enters the network namespace runws
+    /// handed it or makes one.
+    Outer(Handed<'a>),
     /// PID 1 already (runws forked it into a new PID namespace): it enters
     /// the network namespace runws made, when it was handed one.
     Pid1(Handed<'a>),
@@ -300,9 +311,12 @@ fn enter_namespaces<K: Kernel>(
     if plan.kind == Kind::Sandbox {
         status.attempt(ns::no_new_privs(k))?;
     }
-    if let Position::Outer = at {
+    if let Position::Outer(handed) = at {
         if plan.user_namespace {
-            status.attempt(ns::enter_user_namespace(k, plan.uid, plan.gid))?;
+            status.attempt(match handed.own_userns {
+                Some(userns) => ns::join_user_namespace(k, userns),
+                None => ns::enter_user_namespace(k, plan.uid, plan.gid),
+            })?;
         }
         // Set after entering the user namespace: a change of credentials
         // clears the parent-death signal.
@@ -314,10 +328,9 @@ fn enter_namespaces<K: Kernel>(
     }
     let mount = status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNS, "mount namespace"))?;
     let (pid, net) = match at {
-        Position::Outer => (
+        Position::Outer(handed) => (
             status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
-            plan.net == Net::None
-                && status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWNET, "network namespace"))?,
+            plan.net == Net::None && status.attempt(enter_network(k, handed))?,
         ),
         Position::Pid1(handed) => (true, plan.net == Net::None && status.attempt(enter_network(k, handed))?),
     };

@@ -13,18 +13,34 @@ use crate::workspace::RunDir;
 /// A sandboxed or audited run: its options, then its setup once prepared.
 pub struct Isolated {
     opts: Options,
+    /// Not as root: the user namespace made by [`Isolation::early`], which
+    /// the init enters, and with `--net none` the network namespace.
+    own: Option<super::ns::Own>,
     setup: Option<Setup>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, setup: None }
+        Isolated { opts, own: None, setup: None }
     }
 }
 
 impl Isolation for Isolated {
     fn shows_store(&self) -> bool {
         false
+    }
+
+    /// Not as root, a sandbox's user namespace is made now, while runws may
+    /// still write its maps: the init then runs in the child runws forks,
+    /// like root's, instead of a fresh `runws __sandbox-init` (an exec, and
+    /// the loading and start of runws, on the command's path). Only the
+    /// namespace and its two one-line maps exist yet: nothing of the run.
+    fn early(&mut self) {
+        let uid = nix::unistd::getuid().as_raw();
+        if self.opts.kind == Kind::Sandbox && uid != 0 {
+            let gid = nix::unistd::getgid().as_raw();
+            self.own = super::ns::own_user_namespace(uid, gid, self.opts.net == super::Net::None).ok();
+        }
     }
 
     /// The child executes the sandbox's init, which runs the command.
@@ -38,7 +54,7 @@ impl Isolation for Isolated {
             opts.rw.extend(rw);
             opts.ro.extend(ro);
         }
-        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, m)?;
+        let mut setup = super::prepare(&opts, spec, at.run, at.root, at.exe, self.own.take(), m)?;
         setup.git_common = sandboxed_worktree.map(|w| w.common_dir.clone());
         if let Some(rec) = m.sandbox.as_mut() {
             rec.allow_import = Some(at.allow_import.to_vec());

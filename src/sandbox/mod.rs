@@ -3,20 +3,24 @@
 //!
 //! How a sandboxed run starts. runws prepares the run as usual, then forks
 //! its child exactly as for a plain run (process group, start gate, manifest
-//! written before anything runs). Past the gate the child becomes the init:
-//! as root, and when runws had a single thread at the fork, it runs the init
-//! directly (after closing every close-on-exec descriptor, as an exec would,
-//! and staying non-dumpable, as runws is); otherwise it executes runws itself
-//! as the hidden `__sandbox-init` with the [`Plan`] on a descriptor (a user
-//! namespace needs that fresh, dumpable process to write its own uid map).
-//! Either way the init is a single-threaded process, so namespaces and
-//! mounts are set up with ordinary code instead of async-signal-safe code
-//! between fork and exec:
+//! written before anything runs). Past the gate the child becomes the init.
+//! When runws had a single thread at the fork, it runs the init directly
+//! (after closing every close-on-exec descriptor, as an exec would, and
+//! staying non-dumpable, as runws is); otherwise it executes runws itself
+//! as the hidden `__sandbox-init` with the [`Plan`] on a descriptor. Not as
+//! root, the init needs a user namespace with its maps written, which a
+//! non-dumpable process cannot write for itself: runws makes that namespace
+//! before it becomes non-dumpable, while it holds nothing of the run yet
+//! (`ns::own_user_namespace`), and the init enters it; when runws could not,
+//! the init is the executed `__sandbox-init`, a fresh dumpable process that
+//! makes its own. Either way the init is a single-threaded process, so
+//! namespaces and mounts are set up with ordinary code instead of
+//! async-signal-safe code between fork and exec:
 //!
 //! ```text
 //! as root:   runws ─fork into a new PID namespace─> init (PID 1: unshare mount, net, ipc;
 //!                                     mounts, /proc, lo up) ─fork─> command (PID 2)
-//! otherwise: runws ─fork─> init (outer) ─unshare user, mount, pid, net, ipc─
+//! otherwise: runws ─fork─> init (outer) ─enter user; unshare mount, pid, net, ipc─
 //!                  └─fork─> init (PID 1: mounts, /proc, lo up) ─fork─> command (PID 2)
 //! ```
 //!
@@ -94,6 +98,11 @@ pub struct Plan {
     /// the command becomes, an unprivileged id on the host.
     #[serde(default)]
     pub unprivileged: Option<Unprivileged>,
+    /// Not as root: the user namespace runws made before it became
+    /// non-dumpable (an inherited descriptor), entered instead of making
+    /// one; see `ns::own_user_namespace`.
+    #[serde(default)]
+    pub own_userns_fd: Option<i32>,
     /// As root with `--net none`: a network namespace runws made already
     /// (an inherited descriptor), entered instead of making one.
     #[serde(default)]

@@ -121,6 +121,105 @@ pub fn unprivileged_namespace(uid: u32, gid: u32) -> Result<std::os::fd::OwnedFd
     result
 }
 
+/// For a runws that is not root: a user namespace mapping only `uid` and
+/// `gid` to themselves, with `setgroups` denied (what
+/// [`enter_user_namespace`] makes inside the init), made before runws
+/// becomes non-dumpable so that the init need not be a fresh executable to
+/// write its own maps (see `sandbox::Isolated::early`); with `net`, a
+/// network namespace it owns is made too, on another core, while runws
+/// goes on (see [`OwnNetwork::finish`]). A helper sharing runws's memory
+/// is created in the namespace; runws, dumpable still, may open the
+/// helper's files: it writes the maps and opens the namespace. An error
+/// leaves the init to make its namespaces itself.
+pub fn own_user_namespace(uid: u32, gid: u32, net: bool) -> Result<Own, Refused> {
+    use std::os::fd::{AsFd, OwnedFd};
+    const P: &str = "user namespace";
+    let ready = if net {
+        Some(
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| Refused::new(P, format!("pipe: {e}")))?,
+        )
+    } else {
+        None
+    };
+    let pid = match &ready {
+        Some((_, w)) => sys::ns::user_and_network_namespace_helper(w.as_fd()),
+        None => sys::ns::user_namespace_helper(),
+    }
+    .map_err(|e| Refused::new(P, format!("cannot create a user namespace: {e}")))?;
+    // Ends the helper whichever way this goes on.
+    let helper = Helper(pid);
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/{pid}/{file}"), text)
+            .map_err(|e| Refused::io(P, &format!("cannot write {file}"), e))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    let path = format!("/proc/{pid}/ns/user");
+    let userns = std::fs::File::open(&path)
+        .map(OwnedFd::from)
+        .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))?;
+    let net = ready.map(|(ready, ready_w)| OwnNetwork { _helper: helper, ready, _ready_w: ready_w });
+    Ok(Own { userns, net })
+}
+
+/// What [`own_user_namespace`] made: the user namespace, and the network
+/// namespace being made in it.
+pub struct Own {
+    pub userns: std::os::fd::OwnedFd,
+    pub net: Option<OwnNetwork>,
+}
+
+/// A network namespace being made by the helper of [`own_user_namespace`].
+pub struct OwnNetwork {
+    _helper: Helper,
+    ready: std::os::fd::OwnedFd,
+    /// The number the helper writes on, held open until it has.
+    _ready_w: std::os::fd::OwnedFd,
+}
+
+impl OwnNetwork {
+    /// Waits until the namespace exists; its descriptor, opened by the
+    /// helper into runws's table. Ends the helper.
+    pub fn finish(self) -> Result<std::os::fd::OwnedFd, Refused> {
+        const P: &str = "network namespace";
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < buf.len() {
+            match nix::unistd::read(&self.ready, &mut buf[got..]) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(n) if n > 0 => got += n,
+                _ => return Err(Refused::new(P, "the helper ended before it said")),
+            }
+        }
+        let fd = i32::from_ne_bytes(buf);
+        if fd < 0 {
+            return Err(Refused::new(P, "unshare: refused"));
+        }
+        sys::fd::claim_inherited(fd).ok_or_else(|| Refused::new(P, format!("descriptor {fd} is not open")))
+    }
+}
+
+/// A helper of runws's, killed when dropped: by pid, our own child, before
+/// anything could reap it; left for the watch loop to reap with the
+/// command's orphans (or the kernel, once runws has exited).
+struct Helper(nix::unistd::Pid);
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Enters `userns` (from [`own_user_namespace`]) in place of making one:
+/// the init then holds every capability inside it, as after
+/// [`enter_user_namespace`].
+pub fn join_user_namespace<K: Kernel>(k: &K, userns: BorrowedFd<'_>) -> Result<(), Refused> {
+    k.setns(userns, CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| Refused::new("user namespace", format!("setns: {e}")))
+}
+
 /// Makes this process uid and gid 0 of `userns` (a namespace from
 /// [`unprivileged_namespace`]): on the host, the unprivileged ids it maps,
 /// with no supplementary group. Called by the command's process as root,

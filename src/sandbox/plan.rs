@@ -336,6 +336,7 @@ pub fn prepare(
     run: &RunDir,
     root: &Path,
     exe: &Path,
+    own: Option<super::ns::Own>,
     m: &mut Manifest,
 ) -> Result<Setup> {
     let uid = nix::unistd::getuid().as_raw();
@@ -347,6 +348,10 @@ pub fn prepare(
     let pending_net = (uid == 0 && opts.kind == Kind::Sandbox && opts.net == Net::None)
         .then(super::ns::NetworkNamespace::start)
         .and_then(|r| r.ok());
+    let (own_userns, own_net) = match own {
+        Some(o) => (Some(child::high_fd(o.userns)?), o.net),
+        None => (None, None),
+    };
     let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
     let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
     let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
@@ -380,7 +385,12 @@ pub fn prepare(
         audit_environment(spec, m, run.path());
     }
     // A namespace the helper could not make is made by the init as usual.
-    let net = match pending_net.map(super::ns::NetworkNamespace::finish) {
+    let made = match (pending_net, own_net) {
+        (Some(p), _) => Some(p.finish()),
+        (None, Some(o)) => Some(o.finish()),
+        (None, None) => None,
+    };
+    let net = match made {
         Some(Ok(fd)) => Some(child::high_fd(fd)?),
         _ => None,
     };
@@ -406,6 +416,7 @@ pub fn prepare(
         mounts: mounts.clone(),
         allow_userns: opts.allow_userns,
         unprivileged: userns.as_ref().map(|fd| super::Unprivileged { userns_fd: fd.as_raw_fd() }),
+        own_userns_fd: own_userns.as_ref().map(|fd| fd.as_raw_fd()),
         net_fd: net.as_ref().map(|fd| fd.as_raw_fd()),
         report_fd: Some(report_raw),
     };
@@ -415,11 +426,13 @@ pub fn prepare(
     let plan_fd = child::high_fd(plan_file(&plan)?)?;
     // The init runs in the forked child itself when it can (no exec of
     // runws), or else as `runws __sandbox-init` reading the plan from its fd.
-    // Not with a user namespace: the forked child is a copy of runws, which
-    // stays non-dumpable so that nobody reads the secrets of its memory and
-    // environment; a non-dumpable process cannot write its own uid_map. Not
-    // for an audit either: its command keeps every capability, and with
-    // them could read that memory anyway.
+    // Not when the init must make its user namespace: the forked child is a
+    // copy of runws, which stays non-dumpable so that nobody reads the
+    // secrets of its memory and environment, and a non-dumpable process
+    // cannot write its own uid_map; runws made it early instead when it
+    // could (`own_userns`), and the child enters it. Not for an audit
+    // either: its command keeps every capability, and with them could read
+    // that memory anyway.
     let mut env: Vec<(OsString, OsString)> =
         spec.env.iter().map(|(k, v)| (OsString::from(k), v.clone())).collect();
     if !spec.listen.is_empty() {
@@ -428,7 +441,8 @@ pub fn prepare(
     }
     let (status_raw, plan_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd());
     let (command, init_plan) = (spec.argv.clone(), plan.clone());
-    spec.in_process = (uid == 0 && opts.kind == Kind::Sandbox).then(|| -> Box<dyn FnOnce() -> u8> {
+    let in_process = opts.kind == Kind::Sandbox && (uid == 0 || own_userns.is_some());
+    spec.in_process = in_process.then(|| -> Box<dyn FnOnce() -> u8> {
         Box::new(move || {
             // In the forked child these descriptors are the init's alone: the
             // plan's copy is not needed, the status and report pipes are
@@ -447,9 +461,13 @@ pub fn prepare(
     spec.keep.push(status_w);
     spec.keep.push(plan_fd);
     spec.keep.extend(userns);
+    spec.keep.extend(own_userns);
     spec.keep.extend(net);
     spec.keep.push(report_w);
-    if spec.in_process.is_some() {
+    // As root the child is forked straight into a new PID namespace, as its
+    // PID 1; otherwise only its own user namespace gives it the right to
+    // make one, and it forks PID 1 into it.
+    if spec.in_process.is_some() && uid == 0 {
         spec.pid_namespace = true;
     }
     let report = Some(report_r);

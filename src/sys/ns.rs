@@ -98,6 +98,35 @@ pub fn network_namespace_helper(ready: BorrowedFd<'_>) -> io::Result<Pid> {
     start_helper(make, ready.as_raw_fd() as usize, 0)
 }
 
+/// A helper (see [`start_helper`]) in a new user namespace that also enters
+/// a new network namespace, owned by that user namespace, while its parent
+/// goes on: it opens that namespace into its parent's own descriptor table,
+/// which it shares (`CLONE_FILES`), writes the descriptor's number on
+/// `ready` (as 4 native-endian bytes; -1 when the kernel refused), and waits
+/// to be killed. `ready` must stay open in the parent until it has read
+/// the number: the helper writes on that number of the shared table.
+pub fn user_and_network_namespace_helper(ready: BorrowedFd<'_>) -> io::Result<Pid> {
+    extern "C" fn make(arg: *mut libc::c_void) -> libc::c_int {
+        let fd = arg as usize;
+        let path = b"/proc/self/ns/net\0";
+        // SAFETY: direct system calls; the path and the number written live in this helper's stack and static data.
+        unsafe {
+            let mut opened: i32 = -1;
+            if sys(libc::SYS_unshare, libc::CLONE_NEWNET as usize, 0, 0, 0) == 0 {
+                let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as usize;
+                let r =
+                    sys(libc::SYS_openat, libc::AT_FDCWD as isize as usize, path.as_ptr() as usize, flags, 0);
+                if r >= 0 {
+                    opened = r as i32;
+                }
+            }
+            sys(libc::SYS_write, fd, &opened as *const i32 as usize, 4, 0);
+        }
+        wait_for_the_end(std::ptr::null_mut())
+    }
+    start_helper(make, ready.as_raw_fd() as usize, libc::CLONE_NEWUSER | libc::CLONE_FILES)
+}
+
 /// What one `mount_setattr(2)` asks: `flags` (`AT_RECURSIVE`,
 /// `AT_EMPTY_PATH`) say which mounts, `set` and `clear` are the
 /// `MOUNT_ATTR_*` bits to set and clear; with `userns`, the id map

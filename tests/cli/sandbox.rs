@@ -478,22 +478,30 @@ fn rw_ro_and_hide_grant_and_take_away() {
     }
 }
 
-/// A seccomp filter that makes unshare(CLONE_NEWUSER) fail with EPERM, as
-/// on a machine where user namespaces are disabled; installed in the
-/// process that becomes runws.
+/// A seccomp filter that makes unshare(CLONE_NEWUSER) and
+/// clone(CLONE_NEWUSER) fail with EPERM, as on a machine where user
+/// namespaces are disabled; installed in the process that becomes runws.
+/// (clone3 passes its flags in memory a filter cannot read: it fails with
+/// ENOSYS, so that the C library falls back to clone.)
 fn deny_user_namespaces() -> std::io::Result<()> {
     use nix::libc;
     const NR_OFF: u32 = 0;
     const ARG0_OFF: u32 = 16;
     let stmt = |code: u16, k: u32| libc::sock_filter { code, jt: 0, jf: 0, k };
     let jump = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
+    let ld = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    let ret = (libc::BPF_RET | libc::BPF_K) as u16;
     let filter = [
-        stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, NR_OFF),
-        jump((libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16, libc::SYS_unshare as u32, 0, 3),
-        stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, ARG0_OFF),
+        stmt(ld, NR_OFF),
+        jump(jeq, libc::SYS_clone3 as u32, 0, 1),
+        stmt(ret, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        jump(jeq, libc::SYS_unshare as u32, 1, 0),
+        jump(jeq, libc::SYS_clone as u32, 0, 3),
+        stmt(ld, ARG0_OFF),
         jump((libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16, libc::CLONE_NEWUSER as u32, 0, 1),
-        stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ALLOW),
+        stmt(ret, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        stmt(ret, libc::SECCOMP_RET_ALLOW),
     ];
     let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
     // SAFETY: prctl with a filter program that lives on this stack frame

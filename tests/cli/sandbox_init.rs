@@ -70,6 +70,50 @@ fn nothing_of_runws_reaches_the_sandboxed_command() {
     }
 }
 
+/// A run of `sleep 30` in a sandbox as `who`, alive: runws, and the pids of
+/// the process runws recorded as its child and of that process's first
+/// child. As root, runws forks its child straight into the new PID
+/// namespace (it is PID 1 there); otherwise the child is an outer init that
+/// makes PID 1. Either way both are inits, between runws and the command.
+fn live_inits(env: &Env, who: Who) -> (std::process::Child, Vec<i32>) {
+    let runws =
+        runws_as(env, who, &["run", "--run-id", "live", "--sandbox", "--", "sleep", "30"]).spawn_retrying();
+    let manifest = env.run_dir("live").join("manifest.json");
+    let recorded = || {
+        let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).ok()?).ok()?;
+        m["child"]["pid"].as_i64().map(|p| p as i32)
+    };
+    let outer = found(recorded).expect("the run recorded its child");
+    let status = std::fs::read_to_string(format!("/proc/{outer}/status")).unwrap();
+    let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").to_string();
+    if who == Who::Me && is_root() {
+        assert!(nspid.trim_end().ends_with(" 1") || nspid.trim_end().ends_with("\t1"), "NSpid:{nspid}");
+    }
+    let first_child = || {
+        let kids = std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children")).ok()?;
+        kids.split_whitespace().next()?.parse::<i32>().ok()
+    };
+    let pid1 =
+        found(first_child).unwrap_or_else(|| panic!("as {who:?}: the recorded child never had a child"));
+    (runws, vec![outer, pid1])
+}
+
+/// What `f` finds within 10 seconds.
+fn found<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut got = None;
+    wait_until(std::time::Duration::from_secs(10), || {
+        got = f();
+        got.is_some()
+    });
+    got
+}
+
+fn end(mut runws: std::process::Child) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(runws.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    runws.wait().unwrap();
+}
+
 /// The processes between runws and the sandboxed command hold none of
 /// runws's own descriptors (the port ledger, the run directory, the guard's
 /// socket, the signalfd, the plan): while a run lives, every descriptor of
@@ -81,40 +125,7 @@ fn the_sandbox_inits_hold_none_of_runws_descriptors() {
             continue;
         }
         let env = Env::new();
-        let mut runws = runws_as(&env, who, &["run", "--run-id", "live", "--sandbox", "--", "sleep", "30"])
-            .spawn_retrying();
-        let manifest = env.run_dir("live").join("manifest.json");
-        let mut outer = None;
-        for _ in 0..500 {
-            let m: Option<serde_json::Value> =
-                std::fs::read(&manifest).ok().and_then(|b| serde_json::from_slice(&b).ok());
-            if let Some(pid) = m.and_then(|m| m["child"]["pid"].as_i64()) {
-                outer = Some(pid);
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let outer = outer.expect("the run recorded its child");
-        // As root, runws forks its child straight into the new PID namespace
-        // (it is PID 1 there); otherwise the child is an outer init that
-        // makes PID 1. Both, and the first child of the recorded one, are
-        // checked.
-        let status = std::fs::read_to_string(format!("/proc/{outer}/status")).unwrap();
-        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").to_string();
-        if who == Who::Me && is_root() {
-            assert!(nspid.trim_end().ends_with(" 1") || nspid.trim_end().ends_with("\t1"), "NSpid:{nspid}");
-        }
-        let mut inits = vec![outer];
-        for _ in 0..500 {
-            let kids =
-                std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children")).unwrap_or_default();
-            if let Some(pid1) = kids.split_whitespace().next() {
-                inits.push(pid1.parse().unwrap());
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(inits.len(), 2, "as {who:?}: the recorded child never had a child");
+        let (runws, inits) = live_inits(&env, who);
         std::thread::sleep(std::time::Duration::from_millis(100));
         for pid in &inits {
             for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
@@ -124,12 +135,30 @@ fn the_sandbox_inits_hold_none_of_runws_descriptors() {
                 assert!(!foreign.iter().any(|f| t.contains(f)), "as {who:?}, init {pid} holds {t}");
             }
         }
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(runws.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        runws.wait().unwrap();
+        end(runws);
+    }
+}
+
+/// The inits are as closed to the user's other processes as runws itself,
+/// whoever started runws: not dumpable, so their memory, environment and
+/// descriptors under /proc belong to root, and another process of the same
+/// user (another run's command among them) can neither read nor trace them.
+#[test]
+fn the_sandbox_inits_are_closed_to_the_users_other_processes() {
+    use std::os::unix::fs::MetadataExt;
+    for who in everyone() {
+        if skip(who, "the_sandbox_inits_are_closed_to_the_users_other_processes") {
+            continue;
+        }
+        let env = Env::new();
+        let (runws, inits) = live_inits(&env, who);
+        for pid in &inits {
+            for file in ["environ", "mem", "fd"] {
+                let meta = std::fs::metadata(format!("/proc/{pid}/{file}")).unwrap();
+                assert_eq!(meta.uid(), 0, "as {who:?}: /proc/{pid}/{file} of an init belongs to its user");
+            }
+        }
+        end(runws);
     }
 }
 
@@ -152,6 +181,37 @@ fn the_sandboxed_command_holds_no_capability() {
         for line in lines {
             let value = line.split_whitespace().nth(1).unwrap();
             assert!(value.chars().all(|c| c == '0'), "{who:?}: {line}");
+        }
+    }
+}
+
+/// What runws makes before the run exists (as an ordinary user, the user
+/// and network namespaces, through a helper process) goes when the run is
+/// refused: a run id used already leaves no process of runws's behind.
+#[test]
+fn a_sandboxed_run_refused_before_it_starts_leaves_no_process_behind() {
+    for who in everyone() {
+        if skip(who, "a_sandboxed_run_refused_before_it_starts_leaves_no_process_behind") {
+            continue;
+        }
+        let env = Env::new();
+        // Unique on this machine: a helper shares runws's memory, so its
+        // command line is runws's, with this id in it.
+        let id = format!("twice-{}", std::process::id());
+        runws_as(&env, who, &["run", "--run-id", &id, "--", "true"]).output_retrying();
+        for net in ["none", "host"] {
+            let out = Out::from(
+                runws_as(&env, who, &["run", "--run-id", &id, "--sandbox", "--net", net, "--", "true"])
+                    .output_retrying(),
+            );
+            out.code(125).stderr_has("already exists");
+            let holding = || {
+                std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+                    std::fs::read(p.path().join("cmdline"))
+                        .is_ok_and(|c| c.windows(id.len()).any(|w| w == id.as_bytes()))
+                })
+            };
+            assert!(wait_until(std::time::Duration::from_secs(10), || !holding()), "as {who:?}, --net {net}");
         }
     }
 }

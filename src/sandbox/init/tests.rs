@@ -33,6 +33,7 @@ fn plan(kind: Kind, user_namespace: bool, net: Net) -> Plan {
         mounts: vec![MountOp::Tmpfs { target: "/tmp".into(), mode: 0o1777, writable: true }],
         allow_userns: false,
         unprivileged: None,
+        own_userns_fd: None,
         net_fd: None,
         report_fd: None,
     }
@@ -88,7 +89,7 @@ fn enter_as_a_user(kind: Kind, net: Net, parent: i32) -> (Option<Entered>, Vec<S
     let fake = Fake::user(1000);
     fake.set_parent(parent);
     let mut pipe = Pipe::new(false);
-    let entered = enter_outer(&fake, &plan(kind, true, net), &mut pipe.status).unwrap();
+    let entered = enter_outer(&fake, &plan(kind, true, net), &mut pipe.status, Handed::default()).unwrap();
     (entered, fake.take(), pipe.lines())
 }
 
@@ -135,7 +136,7 @@ fn as_root_pid1_enters_the_network_namespace_runws_made() {
     let fake = Fake::new();
     let netns = File::open("/dev/null").unwrap();
     fake.name_fd(netns.as_fd(), "netns");
-    let handed = Handed { userns: None, net: Some(Ok(netns.as_fd())) };
+    let handed = Handed { userns: None, own_userns: None, net: Some(Ok(netns.as_fd())) };
     let mut pipe = Pipe::new(false);
     let entered =
         enter_as_pid1(&fake, &plan(Kind::Sandbox, false, Net::None), &mut pipe.status, handed).unwrap();
@@ -154,7 +155,7 @@ fn as_root_pid1_enters_the_network_namespace_runws_made() {
 /// mode, and noted as missing with `--sandbox=try`.
 #[test]
 fn a_closed_network_descriptor() {
-    let handed = Handed { userns: None, net: Some(Err(42)) };
+    let handed = Handed { userns: None, own_userns: None, net: Some(Err(42)) };
     let fake = Fake::new();
     let mut pipe = Pipe::new(false);
     let r =
@@ -181,7 +182,7 @@ fn try_mode_continues_past_refused_steps() {
     let mut p = plan(Kind::Sandbox, true, Net::None);
     p.try_mode = true;
     let mut pipe = Pipe::new(true);
-    let entered = enter_outer(&fake, &p, &mut pipe.status).unwrap().unwrap();
+    let entered = enter_outer(&fake, &p, &mut pipe.status, Handed::default()).unwrap().unwrap();
     assert_eq!(entered, Entered { mount: true, pid: true, net: false });
     assert_eq!(
         fake.take(),
@@ -217,7 +218,8 @@ fn on_mode_fails_at_a_refused_step() {
     fake.set_parent(RUNWS);
     fake.refuse("unshare newpid", libc::EPERM);
     let mut pipe = Pipe::new(false);
-    let r = enter_outer(&fake, &plan(Kind::Sandbox, true, Net::None), &mut pipe.status).unwrap_err();
+    let r = enter_outer(&fake, &plan(Kind::Sandbox, true, Net::None), &mut pipe.status, Handed::default())
+        .unwrap_err();
     assert_eq!(r.to_string(), "cannot set up the PID namespace: unshare: EPERM: Operation not permitted");
     assert_eq!(fake.take().last().unwrap(), "unshare newpid = EPERM");
     assert!(pipe.lines().is_empty());
@@ -339,7 +341,7 @@ fn the_command_as_root() {
     fake.dir("/src");
     let userns = File::open("/dev/null").unwrap();
     fake.name_fd(userns.as_fd(), "userns");
-    let handed = Handed { userns: Some(userns.as_fd()), net: None };
+    let handed = Handed { userns: Some(userns.as_fd()), own_userns: None, net: None };
     let p = plan(Kind::Sandbox, false, Net::None);
     let mut pipe = Pipe::new(false);
     filter(&fake, &p, &mut pipe.status).unwrap();
@@ -426,7 +428,7 @@ fn the_command_refused() {
     let fake = Fake::new();
     fake.dir("/src").refuse("setns", libc::EPERM);
     let userns = File::open("/dev/null").unwrap();
-    let handed = Handed { userns: Some(userns.as_fd()), net: None };
+    let handed = Handed { userns: Some(userns.as_fd()), own_userns: None, net: None };
     let mut pipe = Pipe::new(true);
     let r = confine(
         &fake,
@@ -473,7 +475,7 @@ fn the_whole_plan_of_an_ordinary_user() {
     mounts::order(&mut p.mounts);
     let mut pipe = Pipe::new(false);
     fake.set_parent(RUNWS);
-    let entered = enter_outer(&fake, &p, &mut pipe.status).unwrap().unwrap();
+    let entered = enter_outer(&fake, &p, &mut pipe.status, Handed::default()).unwrap().unwrap();
     fake.set_parent(0);
     filter(&fake, &p, &mut pipe.status).unwrap();
     set_up(&fake, &p, &mut pipe.status, &entered, RUNWS, Handed::default()).unwrap();
