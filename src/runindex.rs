@@ -185,10 +185,76 @@ fn parse_line(line: &[u8]) -> std::result::Result<Line, ()> {
 /// Appends `run ID JOB MS` for a run just created. Best effort: the index
 /// is a hint, and a line that could not be written is put back by the next
 /// reader (the run's directory changed `runs/`, so no stamp matches).
-pub fn record(root: &Root, id: &str, job: &str, started: SystemTime) {
+///
+/// `before` is `runs/` as it was just before the run's directory was made.
+/// When the index's last stamp is that state, and `runs/` now holds exactly
+/// one directory more (its link count), the stamp is carried forward: a
+/// stamp of `runs/` now follows the run's line, so the next reader trusts
+/// the index at once instead of catching up. Done under the index's lock,
+/// taken without waiting: when a rewrite holds it, the line alone is
+/// appended, as without `before`. (What this cannot see: a directory made
+/// by something that does not write the index while another is removed, in
+/// the instant between `before` and now; deleting the index makes the next
+/// reader rebuild it.)
+pub fn record(root: &Root, id: &str, job: &str, started: SystemTime, before: Option<&FileStat>) {
     let started_ms = started.duration_since(UNIX_EPOCH).ok().and_then(|d| i64::try_from(d.as_millis()).ok());
     let entry = Entry { id: id.to_string(), job: Some(job.to_string()), started_ms };
-    let _ = append(&root.run_index(), entry.line().as_bytes());
+    let path = root.run_index();
+    if let Some(before) = before
+        && append_stamped(root, &path, entry.line().as_bytes(), Stamp::of(before)).is_ok()
+    {
+        return;
+    }
+    let _ = append(&path, entry.line().as_bytes());
+}
+
+/// See [`record`]: `line`, then a stamp when `before` chains; an error when
+/// the index could not be locked or written (the caller appends the line
+/// alone).
+fn append_stamped(root: &Root, path: &Path, line: &[u8], before: Stamp) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc_flags::NOFOLLOW)
+        .open(path)?;
+    let ours = file.metadata()?;
+    if !ours.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if (now.dev(), now.ino()) == (ours.dev(), ours.ino()) => {}
+        _ => return Err(std::io::Error::other("replaced")),
+    }
+    let last = last_stamp(&file, ours.len())?;
+    let mut text = line.to_vec();
+    if last == Some(before) {
+        let now = Stamp::of(&nix::sys::stat::lstat(&root.runs_path())?);
+        if (now.dev, now.ino) == (before.dev, before.ino) && now.nlink == before.nlink + 1 {
+            text.extend_from_slice(now.line().as_bytes());
+        }
+    }
+    file.write_all(&text)
+}
+
+/// The last stamp among the last [`CHUNK`] bytes of the index (`len` long),
+/// when its lines parse.
+fn last_stamp(file: &File, len: u64) -> std::io::Result<Option<Stamp>> {
+    let start = len.saturating_sub(CHUNK);
+    let mut buf = vec![0u8; (len - start) as usize];
+    file.read_exact_at(&mut buf, start)?;
+    // The first line may be cut by the chunk's start; the last one, torn.
+    let Some(end) = buf.iter().rposition(|&b| b == b'\n') else { return Ok(None) };
+    for line in buf[..end].rsplit(|&b| b == b'\n') {
+        match parse_line(line) {
+            Ok(Line::Stamp(s)) => return Ok(Some(s)),
+            Ok(Line::Run(_)) => {}
+            Err(()) => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// Appends `line` in one write; again to the file the path names now when a

@@ -193,6 +193,11 @@ impl Root {
         }
     }
 
+    /// `ROOT/runs`, as a path (to stat it; [`Root::runs_dir`] opens it).
+    pub fn runs_path(&self) -> PathBuf {
+        self.0.join(RUNS)
+    }
+
     /// `ROOT/runs.index`: the append-only index of runs (a hint; see
     /// `crate::runindex`).
     pub fn run_index(&self) -> PathBuf {
@@ -265,6 +270,9 @@ pub struct RunDir {
     /// exists: a directory without a manifest whose lock is free was left
     /// by a runws that died first; `reap` removes it.
     pub creating: Option<DirLock>,
+    /// `ROOT/runs` as it was just before this run's directory was made
+    /// (for the index of runs, see [`crate::runindex::record`]).
+    pub runs_before: Option<nix::sys::stat::FileStat>,
 }
 
 impl std::fmt::Debug for RunDir {
@@ -280,6 +288,7 @@ impl RunDir {
         check_run_id(id)?;
         let runs = root.runs_dir(true)?;
         let path = runs.join(id);
+        let runs_before = nix::sys::stat::fstat(runs.borrow()).ok();
         // Private to its user: inputs, outputs, logs and the record are
         // nobody else's to read (see the README on sharing a run).
         match runs.mkdir(id, 0o700) {
@@ -309,7 +318,7 @@ impl RunDir {
             }
             return Err(e);
         }
-        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: Some(creating) })
+        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: Some(creating), runs_before })
     }
 
     /// Makes the subdirectories of a new run.
@@ -345,7 +354,7 @@ impl RunDir {
             return Err(Error::NoSuchRun { run: id.to_string(), root: root.to_path_buf() });
         }
         let dir = runs.sub(id)?;
-        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: None })
+        Ok(RunDir { id: id.to_string(), root: root.clone(), dir, creating: None, runs_before: None })
     }
 
     /// Removes a run directory this runws has just created, before any

@@ -105,6 +105,7 @@ pub(super) fn prepare<'r>(
         &id,
         &m.job,
         manifest::parse_time(&m.started_at).unwrap_or_else(SystemTime::now),
+        run.runs_before.as_ref(),
     );
     if let Some(l) = &lease {
         m.lease = Some(l.record());
