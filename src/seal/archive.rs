@@ -24,7 +24,7 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -193,8 +193,8 @@ fn write_archive(
     if opts.deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(Error::PackDeadline { path: root.path().to_path_buf() });
     }
-    let sink = BufWriter::with_capacity(CHUNK, HashingWriter::new(file));
-    let compressor = Compressor::new(opts.format, sink).ctx("cannot start compressing", tmp_path)?;
+    let compressor =
+        Compressor::new(opts.format, HashingWriter::new(file)).ctx("cannot start compressing", tmp_path)?;
     let what = format!("packing `{}`", crate::shown::path(root.path()));
     let progress = crate::progress::Progress::start(what, "files", None);
     let mut packer = Packer {
@@ -213,11 +213,7 @@ fn write_archive(
     let names: Vec<&OsStr> = opts.include.iter().map(OsStr::new).collect();
     packer.pack(&names)?;
     let Packer { tar, files, bytes, excluded, .. } = packer;
-    let written = tar
-        .into_inner()
-        .and_then(Compressor::finish)
-        .and_then(|sink| sink.into_inner().map_err(io::IntoInnerError::into_error))
-        .ctx("cannot write", tmp_path)?;
+    let written = tar.into_inner().and_then(Compressor::finish).ctx("cannot write", tmp_path)?;
     written.file.sync_all().ctx("cannot sync", tmp_path)?;
     let sha = crate::hex::encode(&written.hasher.finalize());
     let report = PackReport {

@@ -1,11 +1,12 @@
 //! The walk of a pack: every entry of the run reached relative to an open
 //! directory without following a symlink ([`crate::fsx::walk`]), checked
 //! against the budgets, the never-packed list and the symlink rule, and
-//! appended to the tar stream with each file's bytes read exactly once.
+//! appended to the tar stream with each file's bytes read exactly once and
+//! handed, from the same buffer, to the inspector and to the compressor.
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -193,25 +194,38 @@ impl Packer<'_> {
         // Findings name the file escaped: one line, and every byte told apart.
         let rel = shown::os(rel_path.as_os_str());
         self.inspector.begin_file(&rel);
-        let mut tee = Tee {
-            file: File::from(fd),
-            left: size,
-            buf: &mut self.buf,
-            pos: 0,
-            len: 0,
-            inspector: &mut *self.inspector,
-            deadline: self.opts.deadline,
-            path: &path,
-            failure: None,
-        };
-        let appended = self.tar.append_data(header, rel_path, &mut tee);
-        if let Some(failure) = tee.failure.take() {
-            return Err(failure);
+        // The builder writes the header (and a GNU long-name entry before it
+        // when the path needs one); the content goes to the compressor
+        // straight from the read buffer, a megabyte at a time, so no byte is
+        // copied between reading and compressing.
+        self.tar.append_data(header, rel_path, io::empty()).ctx("cannot write", self.tmp_path)?;
+        let mut file = File::from(fd);
+        let mut left = size;
+        while left > 0 {
+            if self.opts.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::PackDeadline { path });
+            }
+            let want = self.buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = loop {
+                match file.read(&mut self.buf[..want]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("cannot read", &path, e)),
+                }
+            };
+            if n == 0 {
+                return Err(Error::PackChanged { path });
+            }
+            self.inspector.chunk(&self.buf[..n]);
+            self.tar.get_mut().write_all(&self.buf[..n]).ctx("cannot write", self.tmp_path)?;
+            left -= n as u64;
         }
-        appended.ctx("cannot write", self.tmp_path)?;
+        // Entries are padded to whole 512-byte blocks, as `tar::Builder` does.
+        let pad = (512 - size % 512) % 512;
+        self.tar.get_mut().write_all(&[0u8; 512][..pad as usize]).ctx("cannot write", self.tmp_path)?;
         // A file still growing would be packed cut short; say so instead.
         let mut probe = [0u8; 1];
-        if tee.file.read(&mut probe).ctx("cannot read", &path)? != 0 {
+        if file.read(&mut probe).ctx("cannot read", &path)? != 0 {
             return Err(Error::PackChanged { path });
         }
         self.inspector.end_file();
@@ -219,60 +233,6 @@ impl Packer<'_> {
         self.bytes += size;
         self.progress.add(1, size);
         Ok(())
-    }
-}
-
-/// Serves one file's bytes to the tar builder from a large buffer, handing
-/// each buffer-full to the inspector, and insists on exactly `left` bytes.
-struct Tee<'a> {
-    file: File,
-    left: u64,
-    buf: &'a mut [u8],
-    pos: usize,
-    len: usize,
-    inspector: &'a mut dyn Inspector,
-    deadline: Option<Instant>,
-    path: &'a Path,
-    failure: Option<Error>,
-}
-
-impl Tee<'_> {
-    fn fail(&mut self, e: Error) -> io::Error {
-        let msg = e.to_string();
-        self.failure = Some(e);
-        io::Error::other(msg)
-    }
-}
-
-impl Read for Tee<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.pos == self.len {
-            if self.left == 0 {
-                return Ok(0);
-            }
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(self.fail(Error::PackDeadline { path: self.path.to_path_buf() }));
-            }
-            let want = self.buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
-            let n = loop {
-                match self.file.read(&mut self.buf[..want]) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(self.fail(Error::io("cannot read", self.path, e))),
-                }
-            };
-            if n == 0 {
-                return Err(self.fail(Error::PackChanged { path: self.path.to_path_buf() }));
-            }
-            self.inspector.chunk(&self.buf[..n]);
-            self.left -= n as u64;
-            self.pos = 0;
-            self.len = n;
-        }
-        let n = out.len().min(self.len - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
 }
 

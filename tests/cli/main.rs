@@ -51,6 +51,7 @@ mod says_why;
 mod scan_archives;
 mod scan_recall;
 mod seal;
+mod seal_large;
 mod source_rules;
 mod untrusted_manifest;
 mod where_it_runs;
