@@ -1,9 +1,12 @@
 //! Inputs: copied into `inputs/` and hashed in the same pass, and the
 //! combined fingerprint over all of them.
 //!
-//! Each byte of an input is read once: the reading thread hashes a buffer
-//! while a writer thread writes the previous one, so copying costs little
-//! more than hashing (sha2 uses the CPU's SHA instructions where present).
+//! Each byte of an input is read once, and what is hashed is what lands in
+//! `inputs/`. The walk opens and creates; a small pool of threads copies and
+//! hashes many files at once ([`pool`]); a large file's copy overlaps
+//! reading, hashing and writing ([`copy_and_hash`]; sha2 uses the CPU's SHA
+//! instructions where present). The copies are made durable together by one
+//! `syncfs` before the record that lists them is written.
 //! The fingerprint is the sha256 of the sorted list of (path, kind, bytes,
 //! sha256, producer run): independent of the order the inputs were given in
 //! and of timestamps, and different when any byte or name differs.
@@ -21,7 +24,10 @@ use crate::fsx::walk::{Entry, Failure, Kind, Visit, Walk};
 use crate::fsx::{self, Dir};
 use crate::osname::OsName;
 use crate::shown;
+use pool::{Job, Pool};
 use serde::{Deserialize, Serialize};
+
+mod pool;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InputRecord {
@@ -76,7 +82,9 @@ pub fn copy_and_hash(src: &mut (impl Read + Send), dst: &mut File) -> std::io::R
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || -> std::io::Result<()> {
             loop {
-                let mut buf = spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+                // A fresh buffer comes zeroed from the allocator (fresh pages,
+                // not a memset); a recycled one is full length already.
+                let mut buf = spare.try_recv().unwrap_or_else(|_| vec![0u8; CHUNK]);
                 buf.resize(CHUNK, 0);
                 let mut filled_len = 0;
                 while filled_len < CHUNK {
@@ -162,9 +170,32 @@ fn hash_list(inputs: &[InputRecord]) -> String {
 
 /// Copies the user's `--input` paths into `inputs/`, each under its own
 /// file name; returns the records, sorted by path. Names are bytes: a name
-/// that is not UTF-8 is copied and recorded as it is.
+/// that is not UTF-8 is copied and recorded as it is. Once this returns,
+/// every copy is durable (one `syncfs` of the file system of `inputs/`).
 pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<InputRecord>> {
+    if sources.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut records = Vec::new();
+    let mut pool = Pool::new();
+    let walked = submit_inputs(sources, inputs, &mut pool, &mut records);
+    records.extend(pool.finish(walked)?);
+    // No copy was synced on its own: one sync of the file system makes all
+    // of them (data, inodes and directory entries) durable before the
+    // manifest that lists them is written.
+    nix::unistd::syncfs(inputs.borrow()).map_err(|e| Error::io("cannot sync", inputs.path(), e.into()))?;
+    records.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(records)
+}
+
+/// Walks the inputs: directories and symlinks are made (and symlinks
+/// recorded in `records`) here, files handed to `pool`.
+fn submit_inputs(
+    sources: &[std::path::PathBuf],
+    inputs: &Dir,
+    pool: &mut Pool,
+    records: &mut Vec<InputRecord>,
+) -> Result<()> {
     let mut names = std::collections::BTreeSet::new();
     for src in sources {
         let name = src.file_name().filter(|n| *n != "." && *n != "..").ok_or_else(|| {
@@ -181,39 +212,43 @@ pub fn copy_inputs(sources: &[std::path::PathBuf], inputs: &Dir) -> Result<Vec<I
         // The path the user named is followed; links inside a directory are not.
         let meta = std::fs::metadata(src).ctx("cannot read input", src)?;
         if meta.is_dir() {
-            copy_dir(src, inputs, &name, &name, &mut records)?;
+            copy_dir(src, inputs, &name, &name, pool, records)?;
         } else if meta.is_file() {
-            records.push(copy_file(src, inputs, &name, &name)?);
+            let from = File::open(src).ctx("cannot open input", src)?;
+            submit_file(pool, from, src, inputs, &name, &name, meta.len())?;
         } else {
             return Err(Error::SpecialFile { path: src.clone() });
         }
     }
-    records.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(records)
+    Ok(())
 }
 
-fn copy_file(src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<InputRecord> {
-    let from = File::open(src).ctx("cannot open input", src)?;
-    copy_opened(from, src, into, name, rel)
-}
-
-fn copy_opened(mut from: File, src: &Path, into: &Dir, name: &OsName, rel: &OsName) -> Result<InputRecord> {
-    let mut to = into.create_new(name, 0o644).ctx("cannot create", into.join(name))?;
-    let (bytes, sha256) = copy_and_hash(&mut from, &mut to).ctx("cannot copy input", src)?;
-    Ok(InputRecord {
-        path: rel.clone(),
-        kind: "file".into(),
-        bytes,
-        sha256,
-        from_run: None,
-        from_output: None,
-    })
+/// Creates the copy of the opened `from` as `name` in `into` and hands both
+/// to `pool`.
+fn submit_file(
+    pool: &mut Pool,
+    from: File,
+    src: &Path,
+    into: &Dir,
+    name: &OsName,
+    rel: &OsName,
+    size: u64,
+) -> Result<()> {
+    let to = into.create_new_rw(name, 0o644).ctx("cannot create", into.join(name))?;
+    pool.submit(Job { from, to, src: src.to_path_buf(), rel: rel.clone(), size })
 }
 
 /// Copies the directory `src` (named by the user: followed) as `name` in
 /// `parent`, and everything below it in name order; a symlink below it is
 /// copied as a symlink, never followed.
-fn copy_dir(src: &Path, parent: &Dir, name: &OsName, rel: &OsName, out: &mut Vec<InputRecord>) -> Result<()> {
+fn copy_dir(
+    src: &Path,
+    parent: &Dir,
+    name: &OsName,
+    rel: &OsName,
+    pool: &mut Pool,
+    out: &mut Vec<InputRecord>,
+) -> Result<()> {
     parent.mkdir(name, 0o755).ctx("cannot create", parent.join(name))?;
     // `made[d]` is the copy of the directory holding the entries at depth `d + 1`.
     let mut made = vec![parent.sub(name)?];
@@ -253,7 +288,8 @@ fn copy_dir(src: &Path, parent: &Dir, name: &OsName, rel: &OsName, out: &mut Vec
                     Err(Error::Io { source, .. }) => return Err(cannot_open(&path, source)),
                     Err(e) => return Err(e),
                 };
-                out.push(copy_opened(from, &path, dir, &child, &child_rel)?);
+                let size = e.stat.as_ref().map_or(0, |st| u64::try_from(st.st_size).unwrap_or(0));
+                submit_file(pool, from, &path, dir, &child, &child_rel, size)?;
                 Ok(Visit::Skip)
             }
             Kind::Special => Err(Error::SpecialFile { path: e.path() }),

@@ -345,6 +345,19 @@ impl Dir {
         Ok(File::from(fd))
     }
 
+    /// Creates `name` exclusively (never through a symlink) for reading and
+    /// writing: for a copy that is read back after the kernel made it.
+    pub fn create_new_rw(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let name = name.as_ref();
+        let fd = openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )?;
+        Ok(File::from(fd))
+    }
+
     /// A fresh temp name in this directory for a file that will become `name`.
     fn temp_name(name: &OsStr) -> String {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);

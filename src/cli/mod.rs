@@ -540,7 +540,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub listen: bool,
 
-    /// Copy FILE or DIR into inputs/ and fingerprint it (repeatable)
+    /// Copy FILE or DIR into inputs/ and fingerprint it (repeatable); durable before it is recorded
     #[arg(long = "input", value_name = "PATH")]
     pub inputs: Vec<PathBuf>,
 

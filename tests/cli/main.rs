@@ -27,6 +27,7 @@ mod lane;
 mod lease;
 mod listing;
 mod machine;
+mod many_inputs;
 mod monitoring;
 mod names;
 mod ports;
