@@ -157,12 +157,12 @@ run id, or `last`: the most recently started run (of --job JOB when given).",
 
     /// List runs
     #[command(
-        long_about = "List runs, oldest first (--newest-first: newest first), printed as each run's \
+        long_about = "List runs, newest first (--oldest-first: oldest first), printed as each run's \
 manifest is read. The runs come from ROOT/runs.index, an append-only index that `runws run` adds a \
 line to; it is only a hint: what is shown of a run is read from its manifest, and the index is \
 rebuilt from runs/ when it is missing, unreadable, or does not list every run there. --limit, \
 --job and --since read only the manifests of the runs they print.",
-        after_help = "Examples:\n  runws ls --newest-first --limit 20\n  runws ls --job nightly --since 2d --json-lines"
+        after_help = "Examples:\n  runws ls --limit 20\n  runws ls --job nightly --since 2d --oldest-first --json-lines"
     )]
     Ls {
         /// Only runs of this job
@@ -174,9 +174,9 @@ rebuilt from runs/ when it is missing, unreadable, or does not list every run th
         /// Only the N newest runs (still printed in the chosen order)
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
-        /// Newest first
+        /// Oldest first (the N newest with --limit, still oldest first)
         #[arg(long)]
-        newest_first: bool,
+        oldest_first: bool,
         /// Print the runs as one JSON array
         #[arg(long)]
         json: bool,

@@ -82,8 +82,8 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
-        Command::Ls { job, since, limit, newest_first, json, json_lines } => {
-            let f = ls::Filter { job: job.as_deref(), since, limit, newest_first };
+        Command::Ls { job, since, limit, oldest_first, json, json_lines } => {
+            let f = ls::Filter { job: job.as_deref(), since, limit, newest_first: !oldest_first };
             ls::ls(root, &f, json, json_lines)
         }
         Command::Show { run, json } => ls::show(root, &run, json),

@@ -12,7 +12,8 @@ fn ls_and_show_list_runs_with_job_filter_and_last() {
     all.ok();
     let rows: serde_json::Value = serde_json::from_str(&all.stdout).unwrap();
     let ids: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["a1", "b1", "a2"]);
+    // Newest first.
+    assert_eq!(ids, ["a2", "b1", "a1"]);
     let alpha = env.run(&["ls", "--job", "alpha", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&alpha.stdout).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 2);

@@ -76,8 +76,10 @@ fn ls_json_lines_prints_one_run_a_line() {
         let rows: Vec<serde_json::Value> =
             out.ok().stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(rows.len(), 2, "{}", out.stdout);
-        assert_eq!(rows[0]["run_id"], "l1");
-        assert_eq!(rows[1]["exit_code"], 3);
+        // Newest first.
+        assert_eq!(rows[0]["run_id"], "l2");
+        assert_eq!(rows[0]["exit_code"], 3);
+        assert_eq!(rows[1]["run_id"], "l1");
     }
     // `--json` stays one array.
     let all: serde_json::Value = serde_json::from_str(&env.run(&["ls", "--json"]).ok().stdout).unwrap();

@@ -108,7 +108,8 @@ fn show_and_ls_say_where_the_files_are_and_how_the_seal_ended() {
     let seals: Vec<&serde_json::Value> = rows.as_array().unwrap().iter().map(|r| &r["seal"]).collect();
     assert_eq!(
         seals,
-        [&serde_json::json!("quarantined"), &serde_json::json!("sealed"), &serde_json::Value::Null]
+        // Newest first: plain, clean, leaky.
+        [&serde_json::Value::Null, &serde_json::json!("sealed"), &serde_json::json!("quarantined")]
     );
 
     let dir = env.run_dir("leaky");

@@ -16,7 +16,7 @@ fn ids(out: &Out) -> Vec<String> {
 }
 
 fn newest(env: &Env, extra: &[&str]) -> Vec<String> {
-    let mut args = vec!["ls", "--newest-first", "--json-lines"];
+    let mut args = vec!["ls", "--json-lines"];
     args.extend_from_slice(extra);
     let out = env.run(&args);
     ids(out.ok())
@@ -63,8 +63,10 @@ fn ls_lists_newest_first_with_limit_job_and_since() {
     assert_eq!(newest(&env, &["--job", "alpha"]), ["a2", "a1"]);
     assert_eq!(newest(&env, &["--job", "alpha", "--limit", "1"]), ["a2"]);
     assert_eq!(newest(&env, &["--since", "1h"]), ["a2", "b1", "a1"]);
-    // The N newest, printed oldest first without --newest-first.
-    assert_eq!(ids(env.run(&["ls", "--limit", "2", "--json-lines"]).ok()), ["b1", "a2"]);
+    // The N newest, printed oldest first with --oldest-first; every run
+    // oldest first without --limit.
+    assert_eq!(ids(env.run(&["ls", "--limit", "2", "--oldest-first", "--json-lines"]).ok()), ["b1", "a2"]);
+    assert_eq!(ids(env.run(&["ls", "--oldest-first", "--json-lines"]).ok()), ["a1", "b1", "a2"]);
     // A run that started long ago (its manifest says so) is not since 1h.
     let dir = env.run_dir("a1");
     let m = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
@@ -119,7 +121,7 @@ fn a_corrupt_index_is_never_trusted() {
     std::fs::write(index(&env), good.replace("run b1 beta", "run b1 alpha")).unwrap();
     assert_eq!(newest(&env, &["--job", "alpha"]), ["a2", "a1"]);
     // A status is always the manifest's.
-    let rows = env.run(&["ls", "--json-lines", "--newest-first"]).ok().stdout.clone();
+    let rows = env.run(&["ls", "--json-lines"]).ok().stdout.clone();
     assert!(rows.lines().nth(1).unwrap().contains("\"failed\""), "{rows}");
     // An index that is a directory, or a symlink, is not read through.
     std::fs::remove_file(index(&env)).unwrap();
@@ -147,7 +149,7 @@ fn runs_the_index_does_not_name_are_found() {
     assert_eq!(newest(&env, &["--job", "alpha"]), ["z9", "a2", "a1"]);
     // A directory without a manifest is listed as it always was.
     std::fs::create_dir(env.run_dir("bare")).unwrap();
-    let rows = env.run(&["ls", "--json-lines"]).ok().stdout.clone();
+    let rows = env.run(&["ls", "--oldest-first", "--json-lines"]).ok().stdout.clone();
     assert!(rows.lines().next().unwrap().contains("\"incomplete\""), "{rows}");
     assert_eq!(last(&env), "z9");
 }
@@ -188,4 +190,31 @@ fn concurrent_runs_are_all_listed() {
     want.push("first".into());
     want.sort();
     assert_eq!(listed, want);
+}
+
+/// A run whose directory is the only change to `runs/` since the index was
+/// stamped carries the stamp forward: the index ends in a stamp again, so
+/// the next `show last` reads it from its end instead of checking `runs/`.
+/// Two runs in a row do, and a directory made by hand breaks the chain.
+#[test]
+fn a_new_run_keeps_the_index_current() {
+    let env = Env::new();
+    three_runs(&env);
+    until_stamped(&env);
+    for id in ["c1", "c2"] {
+        env.run(&["run", "--run-id", id, "--", "true"]).ok();
+        let text = std::fs::read_to_string(index(&env)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[lines.len() - 2].starts_with(&format!("run {id} ")), "{text}");
+        assert!(lines[lines.len() - 1].starts_with("stamp "), "{text}");
+    }
+    assert_eq!(last(&env), "c2");
+    // Made by something that does not write the index: no stamp follows
+    // the next run's line, and the next reader finds the directory.
+    std::fs::create_dir(env.run_dir("by-hand")).unwrap();
+    env.run(&["run", "--run-id", "c3", "--", "true"]).ok();
+    let text = std::fs::read_to_string(index(&env)).unwrap();
+    assert!(text.lines().last().unwrap().starts_with("run c3 "), "{text}");
+    let all = ids(env.run(&["ls", "--json-lines"]).ok());
+    assert!(all.contains(&"by-hand".to_string()) && all.contains(&"c3".to_string()), "{all:?}");
 }
