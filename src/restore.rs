@@ -129,8 +129,9 @@ pub struct Staged {
     target_existed: bool,
 }
 
-/// Verifies `archive`, then extracts and scans all of it within `limits`
-/// into a private staging directory beside `target`. Nothing appears under
+/// Extracts and scans all of `archive` within `limits` into a private
+/// staging directory beside `target`, verifying its checksum in the same
+/// read; a mismatch fails the whole. Nothing appears under
 /// `target`; on any error the staging directory is removed. With `root`,
 /// the staging directory is registered under it first ([`crate::restores`])
 /// so that `reap` removes it if this process dies.

@@ -30,10 +30,13 @@ use super::Compression;
 use crate::hex::encode as hex;
 
 /// Decompressed bytes handed over at a time. Every chunk but the last is
-/// exactly this long, whatever the decompressor returns per read.
-pub(super) const CHUNK: usize = 256 << 10;
+/// exactly this long, whatever the decompressor returns per read. Large, so
+/// the threads hand over (and may sleep and wake) a few hundred times for a
+/// 400 MB archive rather than thousands: on a busy machine each wake waits
+/// for a turn on a core.
+const CHUNK: usize = 1 << 20;
 /// Chunks that may wait between the two threads.
-const DEPTH: usize = 8;
+const DEPTH: usize = 4;
 /// Compressed bytes read from the file at a time.
 const READ: usize = 1 << 20;
 
