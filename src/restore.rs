@@ -1,8 +1,13 @@
 //! Verified, safe extraction of a sealed archive.
 //!
-//! An archive is read only after its bytes match `<archive>.sha256`, and the
-//! same bytes are hashed again while they are extracted, so an archive that
-//! changes between the check and the read is caught too. Both files must be
+//! An archive is read once: its bytes are hashed as they stream into the
+//! decompressor (see [`feed`]), and the digest must match `<archive>.sha256`
+//! before anything is placed at the target. Checking in the same pass rather
+//! than first halves what is read and hashed, and it gives nothing away:
+//! until the comparison the extraction only writes into the private staging
+//! directory, within the budgets below whatever a forged archive says, and
+//! a mismatch (reported as such even when the damaged bytes made the
+//! extraction fail first) removes that directory. Both files must be
 //! regular files: a fifo, socket, device or directory is refused before it
 //! is opened, so none can stall a restore.
 //!
@@ -32,6 +37,7 @@
 //! setgid or sticky bits, and is owned by whoever restores it.
 
 mod extract;
+mod feed;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -123,19 +129,18 @@ pub struct Staged {
     target_existed: bool,
 }
 
-/// Verifies `archive`, then extracts and scans all of it within `limits`
-/// into a private staging directory beside `target`. Nothing appears under
+/// Extracts and scans all of `archive` within `limits` into a private
+/// staging directory beside `target`, verifying its checksum in the same
+/// read; a mismatch fails the whole. Nothing appears under
 /// `target`; on any error the staging directory is removed. With `root`,
 /// the staging directory is registered under it first ([`crate::restores`])
 /// so that `reap` removes it if this process dies.
 pub fn stage(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits) -> Result<Staged> {
     let target_existed = check_target(target)?;
-    // One open file serves the check and the extraction, so a rename of
-    // another file over `archive` in between changes nothing.
+    // One open file serves the extraction and the checksum, read once (see
+    // `feed`), so a rename of another file over `archive` changes nothing.
     let file = open_archive(archive)?;
     let expected = expected_sha256(archive)?;
-    check_sha256(archive, &file, &expected)?;
-    (&file).seek(SeekFrom::Start(0)).ctx("cannot read", archive)?;
     let format = detect(archive, &file)?;
     let from_quarantine = in_quarantine(archive);
 
@@ -143,18 +148,16 @@ pub fn stage(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits)
     let parent_dir = Dir::open(parent)?;
     let staging = crate::restores::staging(root, parent, name)?;
 
-    let mut hasher = Sha256::new();
-    let mut extracted = {
-        let reader = HashingReader { file: &file, hasher: &mut hasher };
-        extract::extract(format, reader, staging.path(), archive, limits)?
-    };
-    // Bytes after the end of the compressed stream count too.
-    io::copy(&mut HashingReader { file: &file, hasher: &mut hasher }, &mut io::sink())
-        .ctx("cannot read", archive)?;
-    let found = hex(&hasher.finalize());
+    let (extracted, found) =
+        feed::decompressed(&file, format, |stream| extract::extract(stream, staging.path(), archive, limits));
+    // The checksum is judged first: an archive that is not the one sealed
+    // is a checksum failure, whatever its damaged bytes made the extraction
+    // say. On any failure `staging` is dropped, which removes it.
+    let found = found.ctx("cannot read", archive)?;
     if found != expected {
         return Err(Error::Integrity { path: archive.to_path_buf(), expected, found });
     }
+    let mut extracted = extracted?;
     let report = RestoreReport {
         files: extracted.files,
         bytes: extracted.bytes,

@@ -312,11 +312,11 @@ found, 83 when nothing is but something could not be scanned.")]
         json: bool,
     },
 
-    /// Verify an archive, then extract it safely into a new or empty directory
-    #[command(long_about = "Verify ARCHIVE (a regular file) against ARCHIVE.sha256, then extract it \
-into a private directory beside DIR, scanning every byte for secrets as it is written; DIR, which \
-must be new or empty, receives the whole of it in one rename, and only once the extraction and the \
-scan are complete. Refused (and DIR left as it was): absolute names, `..`, names through a symlink, \
+    /// Extract a verified archive safely into a new or empty directory
+    #[command(long_about = "Extract ARCHIVE (a regular file) into a private directory beside DIR, \
+hashing it as it is read (once) and scanning every byte for secrets as it is written; DIR, which \
+must be new or empty, receives the whole of it in one rename, and only once the archive matched \
+ARCHIVE.sha256 and the extraction and the scan are complete (a mismatch is exit 4). Refused (and DIR left as it was): absolute names, `..`, names through a symlink, \
 links pointing outside DIR, duplicates, devices, fifos, setuid bits, more than --max-bytes of file \
 content or --max-files entries, and, for an archive from an ordinary location, any secret the scan \
 finds (exit 82). An archive whose path is under a `quarantine/` directory is restored whatever the \

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ use nix::sys::stat::{FchmodatFlags, Mode, UtimensatFlags, fchmod, fchmodat, futi
 use nix::sys::time::TimeSpec;
 use nix::unistd::{linkat, symlinkat};
 
-use super::{Compression, Limits};
+use super::Limits;
 use crate::error::{Error, IoContext, Result};
 use crate::seal::links;
 use crate::seal::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
@@ -157,15 +157,9 @@ impl<R: Read> Read for Capped<R> {
     }
 }
 
-/// Extracts the compressed tar stream `reader` into the empty directory
+/// Extracts the decompressed tar stream `stream` into the empty directory
 /// `dest`, within `limits`, scanning every file's bytes.
-pub(super) fn extract(
-    format: Compression,
-    reader: impl Read,
-    dest: &Path,
-    archive: &Path,
-    limits: Limits,
-) -> Result<Extracted> {
+pub(super) fn extract(stream: impl Read, dest: &Path, archive: &Path, limits: Limits) -> Result<Extracted> {
     let root = openat(
         nix::fcntl::AT_FDCWD,
         dest,
@@ -174,11 +168,6 @@ pub(super) fn extract(
     )
     .ctx("cannot open", dest)?;
     let read_err = |e: io::Error| Error::io("cannot read archive", archive, e);
-    let buffered = BufReader::with_capacity(CHUNK, reader);
-    let stream: Box<dyn Read> = match format {
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(buffered).map_err(read_err)?),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(buffered)),
-    };
     let cap = Rc::new(Cap {
         read: Cell::new(0),
         limit: Cell::new(0),

@@ -413,3 +413,122 @@ fn a_restore_that_fills_the_disk_leaves_dir_empty_and_no_staging() {
         assert!(left.is_empty(), "left on the full file system: {left:?}");
     }
 }
+
+/// Entries beside `dir` left by a restore (its staging directories).
+fn staging_beside(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".restore-"))
+        .collect()
+}
+
+/// A few MiB of text and noise in several files, so that a byte in the
+/// middle of the compressed archive lies inside some file's data.
+fn plain_archive(path: &Path) {
+    archive(path, |b| {
+        for i in 0..6 {
+            let mut data = filler(i * 10_000, 512 * 1024);
+            let noise: Vec<u8> =
+                (0..256 * 1024u32).map(|n| (n.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+            data.extend_from_slice(&noise);
+            add(b, &format!("work/part-{i}.bin"), data.len() as u64, &data[..]);
+        }
+    });
+}
+
+/// The checksum is checked in the same pass as the extraction; an archive
+/// damaged anywhere (a flipped byte the decompressor chokes on, one it
+/// decodes into other bytes, a cut) still ends in the checksum error, with
+/// nothing under DIR and no staging directory left.
+#[test]
+fn a_corrupted_or_truncated_archive_restores_nothing_and_fails_its_checksum() {
+    let env = Env::new();
+    let archive = env.path("copies/run.tar.zst");
+    plain_archive(&archive);
+    let good = std::fs::read(&archive).unwrap();
+    let to = env.path("restored");
+    env.run(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()]).ok();
+    std::fs::remove_dir_all(&to).unwrap();
+
+    let mut damaged: Vec<(String, Vec<u8>)> = Vec::new();
+    for at in [good.len() / 4, good.len() / 2, good.len() * 3 / 4, good.len() - 1] {
+        let mut bytes = good.clone();
+        bytes[at] ^= 0x10;
+        damaged.push((format!("byte {at} of {} flipped", good.len()), bytes));
+    }
+    damaged.push(("cut in half".into(), good[..good.len() / 2].to_vec()));
+    damaged.push(("cut to its first 100 bytes".into(), good[..100].to_vec()));
+    let sum = std::fs::read(archive.with_file_name("run.tar.zst.sha256")).unwrap();
+    for (what, bytes) in damaged {
+        std::fs::write(&archive, &bytes).unwrap();
+        assert_eq!(std::fs::read(archive.with_file_name("run.tar.zst.sha256")).unwrap(), sum);
+        let out = env.run(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+        out.code(4).one_line_error().stderr_has("does not match its recorded sha256");
+        assert!(!to.exists(), "{what}: DIR was made: {:?}", names_in(&to));
+        assert!(staging_beside(&to).is_empty(), "{what}: left {:?}", staging_beside(&to));
+    }
+}
+
+/// An archive made by tar directly, with a matching checksum, so no seal's
+/// scan ever saw it: the scan during extraction finds the secret, reports
+/// it, and nothing appears under DIR.
+#[test]
+fn an_archive_made_by_tar_holding_a_secret_restores_nothing_and_reports_it() {
+    let env = Env::new();
+    let key = aws_key();
+    let archive = env.path("copies/run.tar.zst");
+    secret_archive(&archive, &key);
+    let to = env.path("restored");
+    let out = env.run(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+    out.code(82).stderr_has("secret found: work/zz-config.ini:").stderr_has("aws-access-key-id");
+    assert!(!out.stderr.contains(&key), "the secret was printed");
+    assert!(!to.exists(), "DIR was made: {:?}", names_in(&to));
+    assert!(staging_beside(&to).is_empty(), "left {:?}", staging_beside(&to));
+}
+
+/// Secrets that straddle every 64 KiB boundary of the file and of the
+/// decompressed stream (the file's data starts 512 bytes in, after its
+/// header), wherever the reads and the hand-over between the reading thread
+/// and the extraction cut them, are each found once.
+#[test]
+fn a_secret_split_across_a_read_boundary_is_still_found() {
+    let env = Env::new();
+    let mut starts: Vec<usize> = Vec::new();
+    for k in 1..=40usize {
+        starts.push(k * 64 * 1024 - 10);
+        starts.push(k * 64 * 1024 - 512 - 10);
+    }
+    starts.sort_unstable();
+    let mut data: Vec<u8> = Vec::new();
+    let mut keys = Vec::new();
+    for start in starts {
+        // Text lines up to two bytes before the key, then `x KEY`.
+        let mut room = start - 2 - data.len();
+        while room > 101 {
+            data.extend_from_slice(&[b'.'; 99]);
+            data.push(b'\n');
+            room -= 100;
+        }
+        if room > 0 {
+            data.extend(std::iter::repeat_n(b'-', room - 1));
+            data.push(b'\n');
+        }
+        let key = aws_key();
+        data.extend_from_slice(b"x ");
+        assert_eq!(data.len(), start);
+        data.extend_from_slice(key.as_bytes());
+        data.push(b'\n');
+        keys.push(key);
+    }
+    data.extend_from_slice(&[b'.'; 4096]);
+    let archive = env.path("archive/j/quarantine/run.tar.zst");
+    self::archive(&archive, |b| add(b, "work/split.txt", data.len() as u64, &data[..]));
+    let to = env.path("restored");
+    let out = env.run(&["restore", archive.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+    out.ok();
+    let found = out.stderr.lines().filter(|l| l.contains("secret found: work/split.txt:")).count();
+    assert_eq!(found, keys.len(), "{}", out.stderr);
+    assert!(keys.iter().all(|k| !out.stderr.contains(k.as_str())), "a secret was printed");
+    assert_eq!(std::fs::read(to.join("work/split.txt")).unwrap(), data);
+}
