@@ -327,8 +327,11 @@ mod scenarios {
     pub(super) fn wait_takes_over_after_expiry(f: &dyn Fixture) {
         let (mut a, mut b) = (f.open(), f.open());
         let key = f.key("takeover");
-        let t = a.acquire(&key, "A", SHORT, Duration::ZERO).unwrap().token;
+        // Timed from before A's lease is taken: A's lease runs out SHORT
+        // after the store took it, which is after this instant however long
+        // the call took to return on a busy machine.
         let started = Instant::now();
+        let t = a.acquire(&key, "A", SHORT, Duration::ZERO).unwrap().token;
         let lease = b.acquire(&key, "B", LONG, Duration::from_secs(10)).unwrap();
         let waited = started.elapsed();
         assert_eq!(lease.token, t + 1);
