@@ -4,7 +4,7 @@
 # invocation and prints the ratio of medians. Results go to
 # bench/results/<section>.json; BENCHMARKS.md summarises them by hand.
 #
-#   bench/sandbox.sh [sandbox|audit|all]
+#   bench/sandbox.sh [sandbox|audit|unprivileged|all]
 #
 # Each section runs twice: with the root on the repository's file system
 # (the manifest's fsyncs paid as a user pays them) and on tmpfs (/dev/shm),
@@ -57,9 +57,39 @@ audit() {
   done
 }
 
+# The same as `sandbox`, as an ordinary user: the current user when it is
+# not root; as root, `nobody`, with a copy of the binary and the roots in
+# directories that user owns (on the disk's file system, under /var/tmp, and
+# on tmpfs). Both commands run in a user namespace of their own.
+unprivileged() {
+  local who=${RUNWS_BENCH_USER:-nobody} as=()
+  if [ "$(id -u)" = 0 ]; then as=(runuser -u "$who" --); else who=$(id -un); fi
+  local disk
+  disk=$(mktemp -d /var/tmp/runws-bench.XXXXXX)
+  local shm
+  shm=$(mktemp -d /dev/shm/runws-bench-user.XXXXXX)
+  chmod 755 "$disk"
+  cp "$BIN" "$disk/runws"
+  [ "$(id -u)" = 0 ] && chown "$who" "$disk" "$shm"
+  echo "machine: $(nproc) cores, kernel $(uname -r), user $who"
+  for where in disk tmpfs; do
+    local root=$disk/root
+    [ "$where" = tmpfs ] && root=$shm/root
+    echo "== sandbox as $who ($where root): runws run --sandbox --net none -- /bin/true against bwrap"
+    "${as[@]}" hyperfine -N --warmup 20 --runs 300 --export-json "$disk/sandbox-user-$where.json" \
+      "$BWRAP" \
+      "$disk/runws run --root $root --ports 1 --sandbox --net none -- /bin/true" >/dev/null
+    cp "$disk/sandbox-user-$where.json" "$RESULTS/"
+    ratio "$RESULTS/sandbox-user-$where.json" 0
+    "${as[@]}" python3 bench/interleave.py 300 "$BWRAP" "$disk/runws run --root $root --ports 1 --sandbox --net none -- /bin/true"
+  done
+  rm -rf "$disk" "$shm"
+}
+
 case "$section" in
   sandbox) sandbox ;;
   audit) audit ;;
-  all) sandbox; audit ;;
+  unprivileged) unprivileged ;;
+  all) sandbox; audit; unprivileged ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac
