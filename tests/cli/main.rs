@@ -34,6 +34,7 @@ mod privacy;
 mod progress;
 mod reading;
 mod reap;
+mod reap_crowded;
 mod reap_forged;
 mod reap_git;
 mod reap_leftovers;
