@@ -43,12 +43,12 @@ machine() {
   echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), $(ls /proc | grep -c '^[0-9]') processes"
 }
 
-# `spread FILE` prints each command's min, max and stddev.
+# `spread FILE` prints each command's median, min, max and stddev.
 spread() {
   python3 - "$1" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["results"]:
-    print(f"  min {r['min']*1000:9.1f} ms  max {r['max']*1000:9.1f} ms  stddev {r['stddev']*1000:7.1f} ms  {r['command']}")
+    print(f"  median {r['median']*1000:9.1f} ms  min {r['min']*1000:9.1f} ms  max {r['max']*1000:9.1f} ms  stddev {r['stddev']*1000:7.1f} ms  {r['command']}")
 PY
 }
 
