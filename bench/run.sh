@@ -116,14 +116,11 @@ PY
 }
 
 reap() {
-  echo "== reap: 10,000 abandoned runs, against rm -rf of the same scratch directories"
+  # Reap of abandoned runs against rm -rf, on disk and tmpfs, and with extra
+  # processes on the host: bench/reap.sh.
+  bench/reap.sh all
   machine
-  local r=$WORK/root-reap n=10000
-  local gen="rm -rf $r && python3 bench/gen_runs.py $r $n && sync"
-  hyperfine -N --runs 5 --export-json "$RESULTS/reap.json" \
-    --prepare "sh -c '$gen'" "sh -c 'cd $r/runs && rm -rf */home */tmp */cache */run */bin'" \
-    --prepare "sh -c '$gen'" "$BIN reap --root $r --grace 0s" >/dev/null
-  ratio "$RESULTS/reap.json" 0
+  local r=$WORK/root-reap n=10000 gen
   echo "== reap --keep 0s: 10,000 finished runs removed whole, against rm -rf of the run directories"
   gen="rm -rf $r && python3 bench/gen_runs.py $r $n succeeded && sync"
   hyperfine -N --runs 5 --export-json "$RESULTS/reap-keep.json" \

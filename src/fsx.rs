@@ -730,7 +730,16 @@ impl Dir {
         let kept = left.len();
         let mut removed = 0;
         let mut made_writable = false;
-        for entry in sub.entries_raw()? {
+        let entries = match sub.entries_once() {
+            Ok(e) => e,
+            // Removed after it was opened (another reaper): listing a
+            // removed directory fails so, and what this was to do is done.
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(nix::libc::ENOENT) => {
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
             let (child, is_dir) = entry;
             let result = if is_dir == Some(true) {
                 sub.remove_dir_tree(&child, mount, depth + 1, left)
@@ -805,6 +814,30 @@ impl Dir {
                 continue;
             }
             let is_dir = entry.file_type().map(|t| t == nix::dir::Type::Directory);
+            out.push((OsStr::from_bytes(name).to_os_string(), is_dir));
+        }
+        Ok(out)
+    }
+
+    /// [`Dir::entries_raw`] read straight from this descriptor, without
+    /// opening the directory again: for a directory opened just now and
+    /// listed once (the descriptor's position moves to the end). The
+    /// removal of a tree lists each directory so, saving five system calls
+    /// a directory (reopen, stat, two fcntl, rewind).
+    fn entries_once(&self) -> Result<Vec<(OsString, Option<bool>)>> {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+        let mut dir = rustix::fs::RawDir::new(self.fd.as_fd(), &mut buf);
+        let mut out = Vec::new();
+        while let Some(entry) = dir.next() {
+            let entry = entry.map_err(|e| Error::io("cannot list", &self.path, e.into()))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let is_dir = match entry.file_type() {
+                rustix::fs::FileType::Unknown => None,
+                t => Some(t == rustix::fs::FileType::Directory),
+            };
             out.push((OsStr::from_bytes(name).to_os_string(), is_dir));
         }
         Ok(out)

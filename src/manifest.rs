@@ -498,7 +498,9 @@ pub const MAX_BYTES: u64 = 64 << 20;
 fn read_bytes(dir: &Dir, name: &str) -> Result<Option<Vec<u8>>> {
     let path = dir.join(name);
     let Some(file) = dir.open_read(name)? else { return Ok(None) };
-    let mut bytes = Vec::new();
+    // Room for a usual manifest up front: one read and the one that finds
+    // the end, instead of a dozen that grow the buffer from 32 bytes.
+    let mut bytes = Vec::with_capacity(16 * 1024);
     std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_BYTES + 1), &mut bytes)
         .map_err(|e| Error::io("cannot read", &path, e))?;
     if bytes.len() as u64 > MAX_BYTES {

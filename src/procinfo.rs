@@ -211,12 +211,17 @@ impl Pidfd {
     }
 }
 
-/// This machine's host name.
+/// This machine's host name, read once per process (a reap asks for it
+/// several times for every run).
 pub fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_string())
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".to_string())
+    })
+    .clone()
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ mod privacy;
 mod progress;
 mod reading;
 mod reap;
+mod reap_crowded;
 mod reap_forged;
 mod reap_git;
 mod reap_leftovers;
