@@ -53,17 +53,26 @@ const CHUNK: usize = 1 << 20;
 
 /// Hashes everything `reader` yields; returns (bytes, sha256 hex).
 pub fn hash_reader(reader: &mut impl Read) -> std::io::Result<(u64, String)> {
+    digest(reader, None, &mut vec![0u8; 256 * 1024])
+}
+
+/// Reads `from` to its end through `buf`, hashing each piece and, with
+/// `to`, writing it there; returns (bytes, sha256 hex). Each byte is read
+/// once.
+fn digest(from: &mut impl Read, mut to: Option<&mut File>, buf: &mut [u8]) -> std::io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
-        let n = match reader.read(&mut buf) {
+        let n = match from.read(buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
         hasher.update(&buf[..n]);
+        if let Some(to) = to.as_mut() {
+            to.write_all(&buf[..n])?;
+        }
         total += n as u64;
     }
     Ok((total, crate::hex::encode(&hasher.finalize())))

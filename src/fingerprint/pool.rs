@@ -16,14 +16,12 @@
 //! Nothing here syncs: the caller makes every copy durable at once.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
+use std::io::Seek;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-
-use sha2::{Digest, Sha256};
 
 use super::InputRecord;
 use crate::error::{Error, IoContext, Result};
@@ -166,35 +164,10 @@ fn clone(from: &File, to: &File, shared: &Shared) -> bool {
 /// Reads `from` to its end into `buf`, hashing each piece and writing it
 /// to `to`; returns (bytes, sha256 hex).
 fn copy_serial(from: &mut File, to: &mut File, buf: &mut [u8]) -> std::io::Result<(u64, String)> {
-    let mut hasher = Sha256::new();
-    let mut total = 0u64;
-    loop {
-        let n = match from.read(buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        to.write_all(&buf[..n])?;
-        total += n as u64;
-    }
-    Ok((total, crate::hex::encode(&hasher.finalize())))
+    super::digest(from, Some(to), buf)
 }
 
 /// Hashes `from` to its end through `buf`; returns (bytes, sha256 hex).
 fn hash_into(from: &mut File, buf: &mut [u8]) -> std::io::Result<(u64, String)> {
-    let mut hasher = Sha256::new();
-    let mut total = 0u64;
-    loop {
-        let n = match from.read(buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        total += n as u64;
-    }
-    Ok((total, crate::hex::encode(&hasher.finalize())))
+    super::digest(from, None, buf)
 }
