@@ -70,18 +70,21 @@ unprivileged() {
   shm=$(mktemp -d /dev/shm/runws-bench-user.XXXXXX)
   chmod 755 "$disk"
   cp "$BIN" "$disk/runws"
+  # RUNWS_BEFORE=/path/to/older/runws: that build beside this one.
+  [ -n "${RUNWS_BEFORE:-}" ] && cp "$RUNWS_BEFORE" "$disk/runws-before"
   [ "$(id -u)" = 0 ] && chown "$who" "$disk" "$shm"
   echo "machine: $(nproc) cores, kernel $(uname -r), user $who"
   for where in disk tmpfs; do
     local root=$disk/root
     [ "$where" = tmpfs ] && root=$shm/root
     echo "== sandbox as $who ($where root): runws run --sandbox --net none -- /bin/true against bwrap"
-    "${as[@]}" hyperfine -N --warmup 20 --runs 300 --export-json "$disk/sandbox-user-$where.json" \
-      "$BWRAP" \
-      "$disk/runws run --root $root --ports 1 --sandbox --net none -- /bin/true" >/dev/null
+    local cmds=("$BWRAP" "$disk/runws run --root $root --ports 1 --sandbox --net none -- /bin/true")
+    [ -n "${RUNWS_BEFORE:-}" ] && cmds+=("$disk/runws-before run --root $root-before --ports 1 --sandbox --net none -- /bin/true")
+    "${as[@]}" hyperfine -N --warmup 20 --runs 300 --export-json "$disk/sandbox-user-$where.json" "${cmds[@]}" >/dev/null
     cp "$disk/sandbox-user-$where.json" "$RESULTS/"
     ratio "$RESULTS/sandbox-user-$where.json" 0
-    "${as[@]}" python3 bench/interleave.py 300 "$BWRAP" "$disk/runws run --root $root --ports 1 --sandbox --net none -- /bin/true"
+    echo "  the same, interleaved:"
+    "${as[@]}" python3 bench/interleave.py 300 "${cmds[@]}"
   done
   rm -rf "$disk" "$shm"
 }

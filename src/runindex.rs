@@ -239,10 +239,13 @@ fn append_stamped(root: &Root, path: &Path, line: &[u8], before: Stamp) -> std::
     file.write_all(&text)
 }
 
-/// The last stamp among the last [`CHUNK`] bytes of the index (`len` long),
-/// when its lines parse.
+/// The last stamp among the last 4 KiB of the index (`len` long), when
+/// the lines after it parse. Runs started at the same moment leave a few
+/// lines after a stamp; an index with no stamp that near its end is behind
+/// already, and this stays cheap on every run's start whatever the index's
+/// size.
 fn last_stamp(file: &File, len: u64) -> std::io::Result<Option<Stamp>> {
-    let start = len.saturating_sub(CHUNK);
+    let start = len.saturating_sub(4096);
     let mut buf = vec![0u8; (len - start) as usize];
     file.read_exact_at(&mut buf, start)?;
     // The first line may be cut by the chunk's start; the last one, torn.
