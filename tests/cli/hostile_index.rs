@@ -73,3 +73,33 @@ fn an_index_ending_in_a_huge_unterminated_line_does_not_hang_ls() {
     assert_eq!(listed(bounded(&env, 60, &["ls", "--json-lines"]).ok()), ["a1", "a2"]);
     bounded(&env, 60, &["show", "last", "--json"]).ok().stdout_has("a2");
 }
+
+/// A command outside a sandbox writes ROOT as its user: it can leave an
+/// index that omits a run (its own) and ends in a stamp of `runs/` as it is
+/// now. The stamp is not a secret, so it matches, and every later run
+/// carries it forward: `ls` and `show last` would skip that run for good
+/// while its directory and manifest stay in `runs/` (before the index, `ls`
+/// listed every directory there).
+#[test]
+fn an_index_forged_with_a_current_stamp_does_not_hide_a_run() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    env.run(&["run", "--run-id", "a1", "--", "true"]).ok();
+    env.run(&["run", "--run-id", "a2", "--", "true"]).ok();
+    let st = std::fs::metadata(env.root.join("runs")).unwrap();
+    let stamp = format!(
+        "stamp {} {} {}.{:09} {}.{:09} {}\n",
+        st.dev(),
+        st.ino(),
+        st.ctime(),
+        st.ctime_nsec(),
+        st.mtime(),
+        st.mtime_nsec(),
+        st.nlink()
+    );
+    std::fs::write(env.root.join("runs.index"), format!("run a1 - -\n{stamp}")).unwrap();
+    // A later run chains the forged stamp forward.
+    env.run(&["run", "--run-id", "a3", "--", "true"]).ok();
+    let out = bounded(&env, 30, &["ls", "--oldest-first", "--json-lines"]);
+    assert_eq!(listed(out.ok()), ["a1", "a2", "a3"]);
+}
