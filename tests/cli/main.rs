@@ -22,6 +22,7 @@ mod git_safety;
 mod guard;
 mod guard_membership;
 mod help;
+mod hostile_index;
 mod inputs;
 mod lane;
 mod lease;
