@@ -223,8 +223,13 @@ fn submit_inputs(
         if meta.is_dir() {
             copy_dir(src, inputs, &name, &name, pool, records)?;
         } else if meta.is_file() {
-            let from = File::open(src).ctx("cannot open input", src)?;
-            submit_file(pool, from, src, inputs, &name, &name, meta.len())?;
+            // A fifo or device swapped in since the stat is refused, not
+            // waited on.
+            let from = fsx::open_regular(src)
+                .ctx("cannot open input", src)?
+                .ok_or_else(|| Error::SpecialFile { path: src.clone() })?;
+            let len = from.metadata().ctx("cannot read input", src)?.len();
+            submit_file(pool, from, src, inputs, &name, &name, len)?;
         } else {
             return Err(Error::SpecialFile { path: src.clone() });
         }

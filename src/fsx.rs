@@ -1009,7 +1009,6 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The file type bits of a `stat`.
 /// Opens `path`, a path someone named (a symlink in it is followed), for
 /// reading, when it is a regular file; `None` when it is anything else. A
 /// fifo, socket, device or directory is told by a `stat` before any open, so
@@ -1027,6 +1026,7 @@ pub fn open_regular(path: &Path) -> io::Result<Option<File>> {
     Ok(Some(File::from(fd)))
 }
 
+/// The file type bits of a `stat`.
 pub fn kind(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }

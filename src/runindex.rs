@@ -39,6 +39,16 @@
 //! file (a rewrite renamed over it) appends its line again. A line twice is
 //! harmless: a run is listed once, at its newest line.
 //!
+//! Only the fast path of `show last` and `ls --limit` trusts a matching
+//! stamp ([`Newest`]); a listing that reads the whole index anyway checks
+//! it against `runs/` first ([`verified`]), so a forged stamp (anyone who
+//! can write ROOT can write one) hides no run from it, and a run it finds
+//! missing is put back. Nothing the index is made of makes a reader wait
+//! or read without bound: it is opened without blocking and only when a
+//! regular file, a lock on it is waited for at most [`LOCK_WAIT`], a line
+//! longer than [`MAX_LINE`] is not runws's, and an index over
+//! [`MAX_INDEX`] is rebuilt from `runs/` alone.
+//!
 //! Order: newest first is the reverse of the index's order, which is the
 //! order runs were created in (after a rewrite, by start time then id, as
 //! `ls` always sorted).
@@ -270,6 +280,9 @@ fn append(path: &Path, line: &[u8]) -> std::io::Result<()> {
             .mode(0o600)
             .custom_flags(libc_flags::NOFOLLOW)
             .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
         file.write_all(line)?;
         let ours = file.metadata()?;
         match std::fs::symlink_metadata(path) {
@@ -281,9 +294,20 @@ fn append(path: &Path, line: &[u8]) -> std::io::Result<()> {
 }
 
 mod libc_flags {
-    /// `O_NOFOLLOW`: the index is never opened through a symlink.
-    pub const NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+    /// `O_NOFOLLOW | O_NONBLOCK`: the index is never opened through a
+    /// symlink, and a fifo or device left in its place cannot make the open
+    /// wait (it is then refused as not a regular file; on a regular file
+    /// the flag changes nothing).
+    pub const NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits() | nix::fcntl::OFlag::O_NONBLOCK.bits();
 }
+
+/// The longest line runws writes is well under this: a longer one is not
+/// a line of runws's (and is never read whole).
+const MAX_LINE: usize = 4096;
+
+/// An index larger than this is not read: it is rebuilt from `runs/`
+/// (about 4 million runs' lines).
+const MAX_INDEX: u64 = 256 << 20;
 
 /// The runs of the index, newest first, read lazily from the end of the
 /// file while its last stamp holds; caught up from `runs/` otherwise.
@@ -367,16 +391,11 @@ impl<'a> Newest<'a> {
     }
 }
 
-/// Every run, oldest first (the whole index read, trusted only as
-/// [`Newest`] trusts it).
-pub fn oldest_first(root: &Root, runs: &Dir) -> Result<Vec<Entry>> {
-    let mut newest = Newest::open(root, runs)?;
-    let mut all = Vec::new();
-    while let Some(e) = newest.next_entry()? {
-        all.push(e);
-    }
-    all.reverse();
-    Ok(all)
+/// Every run, oldest first: the whole index, checked against the names in
+/// `runs/` (and brought up to date) whatever its stamp says, so a forged
+/// stamp hides no run from a listing that reads it all.
+pub fn verified(root: &Root, runs: &Dir) -> Result<Vec<Entry>> {
+    catch_up(root, runs)
 }
 
 /// Opens the index for reading: a regular file, never through a symlink.
@@ -414,7 +433,16 @@ impl Tail {
         }
     }
 
+    /// Reads the chunk before those read. A line longer than [`MAX_LINE`]
+    /// is not read on: it becomes one line that is not runws's (so the
+    /// reader catches up), and nothing before it is read.
     fn read_before(&mut self) -> Result<()> {
+        // Called when what is held has no newline: one line, still partial.
+        if self.carry.len() > MAX_LINE {
+            self.carry = vec![0];
+            self.pos = 0;
+            return Ok(());
+        }
         let start = self.pos.saturating_sub(CHUNK);
         let mut buf = vec![0u8; (self.pos - start) as usize];
         self.file.read_exact_at(&mut buf, start).ctx("cannot read", "runs.index")?;
@@ -452,6 +480,10 @@ impl Tail {
     }
 }
 
+/// How long a reader waits for another's rewrite of the index (0.4 s at
+/// 100,000 runs on a busy machine) before it lists without one.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
 /// The index opened for a rewrite: exclusively locked, and still the file
 /// the path names.
 fn lock_index(path: &Path) -> Option<File> {
@@ -467,7 +499,15 @@ fn lock_index(path: &Path) -> Option<File> {
         if !file.metadata().ok()?.is_file() {
             return None;
         }
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).ok()?;
+        // Bounded: a lock held for longer (by anyone who can open the
+        // index) leaves the runs listed from runs/ without a rewrite.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        while rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let ours = file.metadata().ok()?;
         match std::fs::symlink_metadata(path) {
             Ok(now) if (now.dev(), now.ino()) == (ours.dev(), ours.ino()) => return Some(file),
@@ -492,8 +532,14 @@ fn catch_up(root: &Root, runs: &Dir) -> Result<Vec<Entry>> {
 
     let mut bytes = Vec::new();
     if let Some(f) = &locked {
-        let mut r = f;
-        r.read_to_end(&mut bytes).ctx("cannot read", &path)?;
+        // What it held when locked, and only when not absurdly large: a
+        // file grown beyond that is rebuilt from runs/ alone.
+        let len = f.metadata().ctx("cannot read", &path)?.len();
+        if len <= MAX_INDEX {
+            f.take(len).read_to_end(&mut bytes).ctx("cannot read", &path)?;
+        } else {
+            bytes.extend_from_slice(b"\0\n");
+        }
     }
     let read_len = bytes.len() as u64;
     let (mut entries, clean) = parse_all(&bytes);
@@ -549,7 +595,7 @@ fn rewrite(path: &Path, old: &File, read_len: u64, text: &[u8]) -> Option<Vec<u8
     let mut r = old;
     use std::io::Seek;
     r.seek(std::io::SeekFrom::Start(read_len)).ok()?;
-    r.read_to_end(&mut appended).ok()?;
+    r.take(MAX_INDEX).read_to_end(&mut appended).ok()?;
     if let Some(nl) = appended.iter().rposition(|&b| b == b'\n') {
         appended.truncate(nl + 1);
         let _ = file.write_all(&appended);

@@ -142,7 +142,11 @@ fn for_each_row(
     };
     let now = SystemTime::now();
     let cutoff = f.since.map(|d| now.checked_sub(d).unwrap_or(UNIX_EPOCH));
-    if f.newest_first || f.limit.is_some() {
+    // With --limit, the newest runs are read from the index's end while its
+    // stamp holds. Every other listing reads the whole index anyway: it is
+    // checked against the names in runs/ first (one getdents pass), so no
+    // index, forged or stale, hides a run from it.
+    if f.limit.is_some() {
         let mut newest = runindex::Newest::open(root, &runs)?;
         let mut kept = Vec::new();
         let mut count = 0;
@@ -169,7 +173,11 @@ fn for_each_row(
         }
         return Ok(());
     }
-    for e in runindex::oldest_first(root, &runs)? {
+    let mut all = runindex::verified(root, &runs)?;
+    if f.newest_first {
+        all.reverse();
+    }
+    for e in all {
         if let Some(r) = row(&runs, &e, f, now, cutoff)
             && !each(r)?
         {

@@ -160,7 +160,13 @@ pub fn own_user_namespace(uid: u32, gid: u32, net: bool) -> Result<Own, Refused>
     let userns = std::fs::File::open(&path)
         .map(OwnedFd::from)
         .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))?;
-    let net = ready.map(|(ready, ready_w)| OwnNetwork { _helper: helper, ready, _ready_w: ready_w });
+    let net = ready.map(|(ready, ready_w)| {
+        // To see the helper end without saying (killed first): our own
+        // child, not reaped before it is killed, so the pid is its.
+        let exited = rustix::process::Pid::from_raw(pid.as_raw())
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        OwnNetwork { _helper: helper, ready, _ready_w: ready_w, exited }
+    });
     Ok(Own { userns, net })
 }
 
@@ -177,6 +183,8 @@ pub struct OwnNetwork {
     ready: std::os::fd::OwnedFd,
     /// The number the helper writes on, held open until it has.
     _ready_w: std::os::fd::OwnedFd,
+    /// Readable once the helper has ended (a pidfd).
+    exited: Option<std::os::fd::OwnedFd>,
 }
 
 impl OwnNetwork {
@@ -184,6 +192,32 @@ impl OwnNetwork {
     /// helper into runws's table. Ends the helper.
     pub fn finish(self) -> Result<std::os::fd::OwnedFd, Refused> {
         const P: &str = "network namespace";
+        // runws holds the pipe's write end (the helper writes on its number
+        // in the table they share), so an ended helper shows only on its
+        // pidfd: wait for either; the 4 bytes come in one write.
+        if let Some(exited) = &self.exited {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            use std::os::fd::AsFd;
+            loop {
+                let mut fds = [
+                    PollFd::new(self.ready.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(exited.as_fd(), PollFlags::POLLIN),
+                ];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(Refused::new(P, format!("poll: {e}"))),
+                    Ok(_) => {}
+                }
+                let said = fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+                let ended = fds[1].revents().is_some_and(|r| !r.is_empty());
+                if said {
+                    break;
+                }
+                if ended {
+                    return Err(Refused::new(P, "the helper ended before it said"));
+                }
+            }
+        }
         let mut buf = [0u8; 4];
         let mut got = 0;
         while got < buf.len() {

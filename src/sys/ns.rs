@@ -39,7 +39,7 @@ fn start_helper(
     if stack == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: the top of the mapping (page aligned); the helper runs only `entry`, on that stack, with its own descriptor table, directory and signal handlers (no CLONE_FILES, CLONE_FS or CLONE_SIGHAND), and the mask set around the clone, which blocks every signal.
+    // SAFETY: the top of the mapping (page aligned); the helper runs only `entry`, on that stack, with its own directory and signal handlers (no CLONE_FS or CLONE_SIGHAND) and its own descriptor table unless `flags` has CLONE_FILES (then it opens and writes only what its caller arranged), and the mask set around the clone, which blocks every signal.
     let pid = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();

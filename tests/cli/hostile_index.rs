@@ -39,10 +39,10 @@ fn a_fifo_as_the_index_hangs_neither_ls_nor_show_last_nor_run() {
     let index = env.root.join("runs.index");
     std::fs::remove_file(&index).unwrap();
     nix::unistd::mkfifo(&index, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    assert_eq!(listed(bounded(&env, 30, &["ls", "--json-lines"]).ok()), ["a1"]);
+    assert_eq!(listed(bounded(&env, 30, &["ls", "--oldest-first", "--json-lines"]).ok()), ["a1"]);
     bounded(&env, 30, &["show", "last", "--json"]).ok().stdout_has("a1");
     bounded(&env, 30, &["run", "--run-id", "a2", "--", "true"]).ok();
-    assert_eq!(listed(bounded(&env, 30, &["ls", "--json-lines"]).ok()), ["a1", "a2"]);
+    assert_eq!(listed(bounded(&env, 30, &["ls", "--oldest-first", "--json-lines"]).ok()), ["a1", "a2"]);
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn a_lock_held_on_the_index_does_not_hang_ls() {
     let held = std::fs::OpenOptions::new().read(true).open(&index).unwrap();
     rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
     bounded(&env, 30, &["run", "--run-id", "a2", "--", "true"]).ok();
-    assert_eq!(listed(bounded(&env, 30, &["ls", "--json-lines"]).ok()), ["a1", "a2"]);
+    assert_eq!(listed(bounded(&env, 30, &["ls", "--oldest-first", "--json-lines"]).ok()), ["a1", "a2"]);
     bounded(&env, 30, &["show", "last", "--json"]).ok().stdout_has("a2");
     drop(held);
 }
@@ -70,7 +70,7 @@ fn an_index_ending_in_a_huge_unterminated_line_does_not_hang_ls() {
     let f = std::fs::OpenOptions::new().write(true).open(&index).unwrap();
     f.set_len(256 << 20).unwrap();
     drop(f);
-    assert_eq!(listed(bounded(&env, 60, &["ls", "--json-lines"]).ok()), ["a1", "a2"]);
+    assert_eq!(listed(bounded(&env, 60, &["ls", "--oldest-first", "--json-lines"]).ok()), ["a1", "a2"]);
     bounded(&env, 60, &["show", "last", "--json"]).ok().stdout_has("a2");
 }
 
