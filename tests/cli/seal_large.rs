@@ -173,3 +173,35 @@ fn a_seal_of_many_blocks_is_several_checksummed_frames_that_gnu_tar_and_restore_
     assert!(out.status.success(), "tar --zstd -xf: {}", String::from_utf8_lossy(&out.stderr));
     same_files(&env.run_dir("frames"), &extracted, &names);
 }
+
+#[test]
+fn a_secret_across_the_end_of_a_compression_block_is_found() {
+    // The stream is compressed in blocks of 8 MiB, and a file's read is cut
+    // where a block ends. That place, in the file below, is 8 MiB less the
+    // bytes before its content in the tar stream (the manifest and a few
+    // headers, under 16 KiB): every line there is a token, so whichever
+    // byte the block ends at, the token around it must be found.
+    const BLOCK: usize = 8 * CHUNK;
+    let token = github_token();
+    let mut data = text(5, BLOCK - 16 * 1024);
+    *data.last_mut().unwrap() = b'\n';
+    let first = data.iter().filter(|&&b| b == b'\n').count() + 1;
+    let mut lines = 0;
+    while data.len() < BLOCK + 512 {
+        data.extend_from_slice(token.as_bytes());
+        data.push(b'\n');
+        lines += 1;
+    }
+    data.extend_from_slice(&text(6, 2 * CHUNK));
+    let env = Env::new();
+    env.run(&["run", "--run-id", "edge", "--", "true"]).ok();
+    std::fs::write(env.run_dir("edge").join("work/straddle.txt"), &data).unwrap();
+    let to = env.path("archives");
+    let out = Out::from(env.cmd(&["seal", "edge", "--to", to.to_str().unwrap()]).output().unwrap());
+    out.code(80);
+    for line in first..first + lines {
+        out.stderr_has(&format!("work/straddle.txt:{line}:github-token"));
+    }
+    assert!(!out.stderr.contains(&token), "the secret was printed");
+    assert!(to.join("quarantine/edge.tar.zst").exists(), "not quarantined");
+}
