@@ -37,7 +37,7 @@ use sha2::Digest;
 
 pub use super::compress::Format;
 use super::compress::{Compressor, HashingWriter};
-use super::walk::{CHUNK, Packer};
+use super::walk::Packer;
 pub use super::walk::{Inspector, NoInspection, PackOptions};
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
@@ -202,7 +202,6 @@ fn write_archive(
         opts,
         inspector,
         tar: tar::Builder::new(compressor),
-        buf: vec![0; CHUNK],
         tmp_path,
         files: 0,
         bytes: 0,

@@ -7,6 +7,8 @@ use std::io::{self, Write};
 
 use sha2::{Digest, Sha256};
 
+use super::stages::Stages;
+
 /// How the tar stream is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -60,39 +62,61 @@ impl Write for HashingWriter {
     }
 }
 
-/// zstd's and gzip's encoders hand over their output in blocks of 32 KiB or
-/// more (zstd: 128 KiB), so the archive is written as they give it, with no
-/// buffer of its own between: one copy of the compressed bytes fewer.
+/// gzip's encoder hands over its output in blocks of 32 KiB or more, and
+/// zstd's stages a whole frame at a time, so the archive is written as they
+/// give it, with no buffer of its own between: one copy of the compressed
+/// bytes fewer.
 pub(super) type Sink = HashingWriter;
 
 pub(super) enum Compressor {
-    Zst(zstd::stream::write::Encoder<'static, Sink>),
-    Gz(flate2::write::GzEncoder<Sink>),
+    Zst(Stages),
+    /// The encoder, and the buffer a file's content is read into.
+    Gz(flate2::write::GzEncoder<Sink>, Vec<u8>),
 }
 
 impl Compressor {
     pub fn new(format: Format, sink: Sink) -> io::Result<Compressor> {
         Ok(match format {
             Format::Zst => {
-                let mut enc = zstd::stream::write::Encoder::new(sink, ZSTD_LEVEL)?;
-                enc.include_checksum(true)?;
-                // zstd's worker threads, one per core, as `zstd -T0` runs them;
-                // the calling thread reads, scans and hashes alongside. The
-                // output is standard zstd frames that any zstd reads.
+                // One compressor thread per core, as `zstd -T0` runs them; the
+                // calling thread reads and scans, and a writer thread hashes
+                // and writes, alongside (see [`Stages`]).
                 let workers = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 8));
-                enc.multithread(workers as u32)?;
-                Compressor::Zst(enc)
+                Compressor::Zst(Stages::start(sink, ZSTD_LEVEL, workers)?)
             }
             Format::Gz => {
-                Compressor::Gz(flate2::write::GzEncoder::new(sink, flate2::Compression::new(GZIP_LEVEL)))
+                let enc = flate2::write::GzEncoder::new(sink, flate2::Compression::new(GZIP_LEVEL));
+                Compressor::Gz(enc, Vec::new())
             }
         })
     }
 
+    /// Room for up to `want` (at least 1) bytes of a file's content to be
+    /// read into; [`Compressor::commit`] then compresses the bytes read.
+    pub fn room(&mut self, want: usize) -> io::Result<&mut [u8]> {
+        match self {
+            Compressor::Zst(stages) => stages.room(want),
+            Compressor::Gz(_, buf) => {
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                Ok(&mut buf[..want])
+            }
+        }
+    }
+
+    /// Compresses the first `n` bytes of the last [`Compressor::room`].
+    pub fn commit(&mut self, n: usize) -> io::Result<()> {
+        match self {
+            Compressor::Zst(stages) => stages.commit(n),
+            Compressor::Gz(enc, buf) => enc.write_all(&buf[..n]),
+        }
+    }
+
     pub fn finish(self) -> io::Result<Sink> {
         match self {
-            Compressor::Zst(enc) => enc.finish(),
-            Compressor::Gz(enc) => enc.finish(),
+            Compressor::Zst(stages) => stages.finish(),
+            Compressor::Gz(enc, _) => enc.finish(),
         }
     }
 }
@@ -100,14 +124,14 @@ impl Compressor {
 impl Write for Compressor {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Compressor::Zst(enc) => enc.write(buf),
-            Compressor::Gz(enc) => enc.write(buf),
+            Compressor::Zst(stages) => stages.write(buf),
+            Compressor::Gz(enc, _) => enc.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Compressor::Zst(enc) => enc.flush(),
-            Compressor::Gz(enc) => enc.flush(),
+            Compressor::Zst(stages) => stages.flush(),
+            Compressor::Gz(enc, _) => enc.flush(),
         }
     }
 }

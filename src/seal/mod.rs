@@ -8,6 +8,7 @@ mod compress;
 pub mod exclude;
 pub mod links;
 pub mod scan;
+mod stages;
 mod walk;
 
 /// The most bytes of file content a seal packs, and a restore writes, unless

@@ -1,8 +1,8 @@
 //! The walk of a pack: every entry of the run reached relative to an open
 //! directory without following a symlink ([`crate::fsx::walk`]), checked
 //! against the budgets, the never-packed list and the symlink rule, and
-//! appended to the tar stream with each file's bytes read exactly once and
-//! handed, from the same buffer, to the inspector and to the compressor.
+//! appended to the tar stream with each file's bytes read exactly once,
+//! into the compressor's input, and shown there to the inspector.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -58,7 +58,7 @@ impl Inspector for NoInspection {
 }
 
 /// Bytes read from a file, and handed to the inspector, at a time.
-pub(super) const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 1 << 20;
 /// Directory nesting beyond which the seal gives up rather than hold more
 /// descriptors open.
 const MAX_DEPTH: u64 = 256;
@@ -68,7 +68,6 @@ pub(super) struct Packer<'a> {
     pub opts: &'a PackOptions,
     pub inspector: &'a mut dyn Inspector,
     pub tar: tar::Builder<Compressor>,
-    pub buf: Vec<u8>,
     pub tmp_path: &'a Path,
     pub files: u64,
     pub bytes: u64,
@@ -195,9 +194,10 @@ impl Packer<'_> {
         let rel = shown::os(rel_path.as_os_str());
         self.inspector.begin_file(&rel);
         // The builder writes the header (and a GNU long-name entry before it
-        // when the path needs one); the content goes to the compressor
-        // straight from the read buffer, a megabyte at a time, so no byte is
-        // copied between reading and compressing.
+        // when the path needs one); the content is read, a megabyte at most at
+        // a time, straight into the compressor's input (see `Compressor::room`)
+        // and shown to the inspector there, so no byte is copied between
+        // reading and compressing.
         self.tar.append_data(header, rel_path, io::empty()).ctx("cannot write", self.tmp_path)?;
         let mut file = File::from(fd);
         let mut left = size;
@@ -205,9 +205,10 @@ impl Packer<'_> {
             if self.opts.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::PackDeadline { path });
             }
-            let want = self.buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let want = CHUNK.min(usize::try_from(left).unwrap_or(usize::MAX));
+            let room = self.tar.get_mut().room(want).ctx("cannot write", self.tmp_path)?;
             let n = loop {
-                match file.read(&mut self.buf[..want]) {
+                match file.read(room) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(Error::io("cannot read", &path, e)),
@@ -216,8 +217,8 @@ impl Packer<'_> {
             if n == 0 {
                 return Err(Error::PackChanged { path });
             }
-            self.inspector.chunk(&self.buf[..n]);
-            self.tar.get_mut().write_all(&self.buf[..n]).ctx("cannot write", self.tmp_path)?;
+            self.inspector.chunk(&room[..n]);
+            self.tar.get_mut().commit(n).ctx("cannot write", self.tmp_path)?;
             left -= n as u64;
         }
         // Entries are padded to whole 512-byte blocks, as `tar::Builder` does.

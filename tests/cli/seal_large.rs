@@ -119,3 +119,89 @@ fn a_secret_across_a_read_chunk_or_at_the_very_end_of_a_large_file_is_found() {
         assert!(to.join("quarantine/leak.tar.zst").exists(), "{name}: not quarantined");
     }
 }
+
+/// What `zstd -lv` says of `archive`: the value after `key`.
+fn zstd_list(archive: &Path, key: &str) -> String {
+    let out = std::process::Command::new("zstd").arg("-lv").arg(archive).output().unwrap();
+    assert!(out.status.success(), "zstd -lv: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(key))
+        .unwrap_or_else(|| panic!("no `{key}` in {text}"));
+    line.trim().to_string()
+}
+
+#[test]
+fn a_seal_of_many_blocks_is_several_checksummed_frames_that_gnu_tar_and_restore_read_whole() {
+    let env = Env::new();
+    env.run(&["run", "--run-id", "frames", "--", "true"]).ok();
+    let work = env.run_dir("frames").join("work");
+    // 21 MiB in one file and 3 more: the tar stream spans three 8 MiB blocks,
+    // and a file's read is cut at each block's end.
+    std::fs::write(work.join("long.txt"), text(3, 21 * CHUNK + 333)).unwrap();
+    for i in 0..3u64 {
+        std::fs::write(work.join(format!("f{i}.log")), text(20 + i, CHUNK + 99 * i as usize)).unwrap();
+    }
+    let names = ["work/long.txt", "work/f0.log", "work/f1.log", "work/f2.log"];
+    let to = env.path("archives");
+    env.run(&["seal", "frames", "--to", to.to_str().unwrap()]).ok();
+    let archive = to.join("frames.tar.zst");
+
+    // One frame per block, compressed on every core, each with its checksum
+    // and its size: `zstd -l` then knows the whole stream's size.
+    let frames: u64 = zstd_list(&archive, "# Zstandard Frames:").parse().unwrap();
+    assert!(frames >= 4, "{frames} frames for 24 MiB of tar stream");
+    assert_eq!(zstd_list(&archive, "Check:"), "XXH64");
+    let size = zstd_list(&archive, "Decompressed Size:");
+    assert!(size.contains(" B)"), "the decompressed size is not known: {size}");
+    let out = std::process::Command::new("zstd").arg("-tq").arg(&archive).output().unwrap();
+    assert!(out.status.success(), "zstd -t: {}", String::from_utf8_lossy(&out.stderr));
+
+    let restored = env.path("restored");
+    env.run(&["restore", archive.to_str().unwrap(), "--to", restored.to_str().unwrap()]).ok();
+    same_files(&env.run_dir("frames"), &restored, &names);
+    let extracted = env.path("extracted");
+    std::fs::create_dir_all(&extracted).unwrap();
+    let out = std::process::Command::new("tar")
+        .args(["--zstd", "-xf"])
+        .arg(&archive)
+        .arg("-C")
+        .arg(&extracted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tar --zstd -xf: {}", String::from_utf8_lossy(&out.stderr));
+    same_files(&env.run_dir("frames"), &extracted, &names);
+}
+
+#[test]
+fn a_secret_across_the_end_of_a_compression_block_is_found() {
+    // The stream is compressed in blocks of 8 MiB, and a file's read is cut
+    // where a block ends. That place, in the file below, is 8 MiB less the
+    // bytes before its content in the tar stream (the manifest and a few
+    // headers, under 16 KiB): every line there is a token, so whichever
+    // byte the block ends at, the token around it must be found.
+    const BLOCK: usize = 8 * CHUNK;
+    let token = github_token();
+    let mut data = text(5, BLOCK - 16 * 1024);
+    *data.last_mut().unwrap() = b'\n';
+    let first = data.iter().filter(|&&b| b == b'\n').count() + 1;
+    let mut lines = 0;
+    while data.len() < BLOCK + 512 {
+        data.extend_from_slice(token.as_bytes());
+        data.push(b'\n');
+        lines += 1;
+    }
+    data.extend_from_slice(&text(6, 2 * CHUNK));
+    let env = Env::new();
+    env.run(&["run", "--run-id", "edge", "--", "true"]).ok();
+    std::fs::write(env.run_dir("edge").join("work/straddle.txt"), &data).unwrap();
+    let to = env.path("archives");
+    let out = Out::from(env.cmd(&["seal", "edge", "--to", to.to_str().unwrap()]).output().unwrap());
+    out.code(80);
+    for line in first..first + lines {
+        out.stderr_has(&format!("work/straddle.txt:{line}:github-token"));
+    }
+    assert!(!out.stderr.contains(&token), "the secret was printed");
+    assert!(to.join("quarantine/edge.tar.zst").exists(), "not quarantined");
+}
