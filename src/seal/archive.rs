@@ -35,8 +35,9 @@ use nix::sys::stat::fstatat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use sha2::Digest;
 
+use super::compress::Compressor;
 pub use super::compress::Format;
-use super::compress::{Compressor, HashingWriter};
+use super::sink::HashingWriter;
 use super::walk::Packer;
 pub use super::walk::{Inspector, NoInspection, PackOptions};
 use crate::error::{Error, IoContext, Result};

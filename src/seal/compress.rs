@@ -2,11 +2,9 @@
 //! counts the archive's bytes on their way to disk, so the archive never has
 //! to be read back to learn its checksum.
 
-use std::fs::File;
 use std::io::{self, Write};
 
-use sha2::{Digest, Sha256};
-
+use super::sink::Sink;
 use super::stages::Stages;
 
 /// How the tar stream is compressed.
@@ -42,31 +40,6 @@ impl Format {
 
 const ZSTD_LEVEL: i32 = 3;
 const GZIP_LEVEL: u32 = 6;
-
-/// The compressed archive's bytes on their way to disk, hashed and counted.
-pub(super) struct HashingWriter {
-    pub file: File,
-    pub hasher: Sha256,
-    pub bytes: u64,
-}
-
-impl Write for HashingWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
-    }
-}
-
-/// gzip's encoder hands over its output in blocks of 32 KiB or more, and
-/// zstd's stages a whole frame at a time, so the archive is written as they
-/// give it, with no buffer of its own between: one copy of the compressed
-/// bytes fewer.
-pub(super) type Sink = HashingWriter;
 
 pub(super) enum Compressor {
     Zst(Stages),
@@ -133,11 +106,5 @@ impl Write for Compressor {
             Compressor::Zst(stages) => stages.flush(),
             Compressor::Gz(enc, _) => enc.flush(),
         }
-    }
-}
-
-impl HashingWriter {
-    pub fn new(file: File) -> HashingWriter {
-        HashingWriter { file, hasher: Sha256::new(), bytes: 0 }
     }
 }

@@ -8,6 +8,7 @@ mod compress;
 pub mod exclude;
 pub mod links;
 pub mod scan;
+mod sink;
 mod stages;
 mod walk;
 

@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::compress::Sink;
+use super::sink::Sink;
 
 /// Bytes of the tar stream in one block, and so in one zstd frame.
 const BLOCK: usize = 8 << 20;
