@@ -40,6 +40,25 @@ fn same_files(a: &Path, b: &Path, names: &[&str]) {
     }
 }
 
+/// `runws restore` and `tar --zstd -xf` each give back the files `names`
+/// of run `id` from `archive`, byte for byte.
+fn both_restore_it(env: &Env, archive: &Path, id: &str, names: &[&str]) {
+    let restored = env.path("restored");
+    env.run(&["restore", archive.to_str().unwrap(), "--to", restored.to_str().unwrap()]).ok();
+    same_files(&env.run_dir(id), &restored, names);
+    let extracted = env.path("extracted");
+    std::fs::create_dir_all(&extracted).unwrap();
+    let out = std::process::Command::new("tar")
+        .args(["--zstd", "-xf"])
+        .arg(archive)
+        .arg("-C")
+        .arg(&extracted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tar --zstd -xf: {}", String::from_utf8_lossy(&out.stderr));
+    same_files(&env.run_dir(id), &extracted, names);
+}
+
 #[test]
 fn a_seal_larger_than_one_zstd_job_restores_byte_identical_with_runws_and_gnu_tar() {
     let env = Env::new();
@@ -67,21 +86,7 @@ fn a_seal_larger_than_one_zstd_job_restores_byte_identical_with_runws_and_gnu_ta
     let archive = to.join("big.tar.zst");
     assert!(std::fs::metadata(&archive).unwrap().len() > 0);
 
-    let restored = env.path("restored");
-    env.run(&["restore", archive.to_str().unwrap(), "--to", restored.to_str().unwrap()]).ok();
-    same_files(&env.run_dir("big"), &restored, &names);
-
-    let extracted = env.path("extracted");
-    std::fs::create_dir_all(&extracted).unwrap();
-    let out = std::process::Command::new("tar")
-        .args(["--zstd", "-xf"])
-        .arg(&archive)
-        .arg("-C")
-        .arg(&extracted)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "tar --zstd -xf: {}", String::from_utf8_lossy(&out.stderr));
-    same_files(&env.run_dir("big"), &extracted, &names);
+    both_restore_it(&env, &archive, "big", &names);
 }
 
 #[test]
@@ -158,20 +163,7 @@ fn a_seal_of_many_blocks_is_several_checksummed_frames_that_gnu_tar_and_restore_
     let out = std::process::Command::new("zstd").arg("-tq").arg(&archive).output().unwrap();
     assert!(out.status.success(), "zstd -t: {}", String::from_utf8_lossy(&out.stderr));
 
-    let restored = env.path("restored");
-    env.run(&["restore", archive.to_str().unwrap(), "--to", restored.to_str().unwrap()]).ok();
-    same_files(&env.run_dir("frames"), &restored, &names);
-    let extracted = env.path("extracted");
-    std::fs::create_dir_all(&extracted).unwrap();
-    let out = std::process::Command::new("tar")
-        .args(["--zstd", "-xf"])
-        .arg(&archive)
-        .arg("-C")
-        .arg(&extracted)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "tar --zstd -xf: {}", String::from_utf8_lossy(&out.stderr));
-    same_files(&env.run_dir("frames"), &extracted, &names);
+    both_restore_it(&env, &archive, "frames", &names);
 }
 
 #[test]
