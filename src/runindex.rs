@@ -222,23 +222,14 @@ pub fn record(root: &Root, id: &str, job: &str, started: SystemTime, before: Opt
 /// the index could not be locked or written (the caller appends the line
 /// alone).
 fn append_stamped(root: &Root, path: &Path, line: &[u8], before: Stamp) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc_flags::NOFOLLOW)
-        .open(path)?;
+    let mut file = open_for_append(path, true)?;
     let ours = file.metadata()?;
-    if !ours.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
     rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
-    match std::fs::symlink_metadata(path) {
-        Ok(now) if (now.dev(), now.ino()) == (ours.dev(), ours.ino()) => {}
-        _ => return Err(std::io::Error::other("replaced")),
+    if !still_named(path, &ours) {
+        return Err(std::io::Error::other("replaced"));
     }
-    let last = last_stamp(&file, ours.len())?;
+    // Its length now that no rewrite or stamping appender runs meanwhile.
+    let last = last_stamp(&file, file.metadata()?.len())?;
     let mut text = line.to_vec();
     if last == Some(before) {
         let now = Stamp::of(&nix::sys::stat::lstat(&root.runs_path())?);
@@ -274,20 +265,10 @@ fn last_stamp(file: &File, len: u64) -> std::io::Result<Option<Stamp>> {
 /// rewrite replaced the file it was written to.
 fn append(path: &Path, line: &[u8]) -> std::io::Result<()> {
     for _ in 0..4 {
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc_flags::NOFOLLOW)
-            .open(path)?;
-        if !file.metadata()?.is_file() {
-            return Err(std::io::Error::other("not a regular file"));
-        }
+        let mut file = open_for_append(path, false)?;
         file.write_all(line)?;
-        let ours = file.metadata()?;
-        match std::fs::symlink_metadata(path) {
-            Ok(now) if (now.dev(), now.ino()) == (ours.dev(), ours.ino()) => return Ok(()),
-            _ => continue,
+        if still_named(path, &file.metadata()?) {
+            return Ok(());
         }
     }
     Ok(())
@@ -400,8 +381,36 @@ pub fn verified(root: &Root, runs: &Dir) -> Result<Vec<Entry>> {
 
 /// Opens the index for reading: a regular file, never through a symlink.
 fn open_index(path: &Path) -> Option<File> {
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc_flags::NOFOLLOW).open(path).ok()?;
-    file.metadata().ok().filter(|m| m.is_file()).map(|_| file)
+    regular(std::fs::OpenOptions::new().read(true).custom_flags(libc_flags::NOFOLLOW).open(path)).ok()
+}
+
+/// Opens the index to append to it (made when missing; with `read`, to be
+/// read too): a regular file only, as [`open_index`].
+fn open_for_append(path: &Path, read: bool) -> std::io::Result<File> {
+    regular(
+        std::fs::OpenOptions::new()
+            .read(read)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc_flags::NOFOLLOW)
+            .open(path),
+    )
+}
+
+/// `opened`, when it is a regular file.
+fn regular(opened: std::io::Result<File>) -> std::io::Result<File> {
+    let file = opened?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Whether `path` still names the file `ours` describes (no rewrite renamed
+/// another over it).
+fn still_named(path: &Path, ours: &std::fs::Metadata) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|now| (now.dev(), now.ino()) == (ours.dev(), ours.ino()))
 }
 
 /// Reads a file's lines from its end. An unterminated last line (a write
@@ -488,17 +497,7 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 /// the path names.
 fn lock_index(path: &Path) -> Option<File> {
     for _ in 0..8 {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc_flags::NOFOLLOW)
-            .open(path)
-            .ok()?;
-        if !file.metadata().ok()?.is_file() {
-            return None;
-        }
+        let file = open_for_append(path, true).ok()?;
         // Bounded: a lock held for longer (by anyone who can open the
         // index) leaves the runs listed from runs/ without a rewrite.
         let deadline = std::time::Instant::now() + LOCK_WAIT;
@@ -508,11 +507,9 @@ fn lock_index(path: &Path) -> Option<File> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let ours = file.metadata().ok()?;
-        match std::fs::symlink_metadata(path) {
-            Ok(now) if (now.dev(), now.ino()) == (ours.dev(), ours.ino()) => return Some(file),
-            // Replaced by another rewrite while this one waited: that file.
-            _ => continue,
+        // Else replaced by another rewrite while this one waited: that file.
+        if still_named(path, &file.metadata().ok()?) {
+            return Some(file);
         }
     }
     None
