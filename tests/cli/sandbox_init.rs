@@ -152,6 +152,15 @@ fn the_sandbox_inits_are_closed_to_the_users_other_processes() {
         }
         let env = Env::new();
         let (runws, inits) = live_inits(&env, who);
+        // As root the recorded child is PID 1 and its child is the command
+        // (once it has executed `sleep`, the command's own business): only
+        // the processes that are runws's code are inits.
+        let runws_code = |pid: &i32| {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|e| e.file_name().is_some_and(|n| n.to_string_lossy().starts_with("runws")))
+        };
+        let inits: Vec<i32> = inits.into_iter().filter(runws_code).collect();
+        assert!(!inits.is_empty(), "as {who:?}: no init found");
         for pid in &inits {
             for file in ["environ", "mem", "fd"] {
                 let meta = std::fs::metadata(format!("/proc/{pid}/{file}")).unwrap();
