@@ -36,6 +36,9 @@ pub const SECRETS_FOUND: u8 = 82;
 /// file or archive member over a budget, corrupt, encrypted or in a format
 /// the scan does not open.
 pub const NOT_SCANNED: u8 = 83;
+/// `replay --expect same` found a difference, or `--expect different`
+/// found none.
+pub const NOT_AS_EXPECTED: u8 = 86;
 /// A promotion lane refused a step: its state does not allow it yet (or any
 /// more), its review does not allow an approval, or its kit changed since
 /// the review.

@@ -25,9 +25,11 @@ use crate::fsx::{self, Dir};
 use crate::osname::OsName;
 use crate::shown;
 use pool::{Job, Pool};
+pub use recorded::{Recorded, check_same, copy_recorded, records_of};
 use serde::{Deserialize, Serialize};
 
 mod pool;
+mod recorded;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InputRecord {

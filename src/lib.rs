@@ -31,6 +31,7 @@ mod ports;
 mod procinfo;
 mod progress;
 mod reap;
+mod replay;
 mod restore;
 mod restores;
 mod run;

@@ -33,8 +33,8 @@ mod records;
 pub mod sandbox;
 pub use owned::Owner;
 pub use records::{
-    Checkpoint, ClaimKind, LeaseRecord, PingRecord, RefusedRecord, RestoredRecord, Source, Truncated,
-    WorktreeRecord,
+    Checkpoint, ClaimKind, LeaseRecord, OutputComparison, PingRecord, RefusedRecord, ReplayComparison,
+    ReplayOf, RestoredRecord, Source, Truncated, WorktreeRecord,
 };
 
 /// The manifest schema this runws writes.
@@ -231,6 +231,12 @@ pub struct Manifest {
     /// Cross-run guard calls refused by `--allow-import`, the latest last.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub refused: Option<Vec<RefusedRecord>>,
+    /// How a replay's result compares with its original's (see `replay_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub replay: Option<ReplayComparison>,
+    /// The run this run replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub replay_of: Option<ReplayOf>,
     /// What runws put back over the command's edits, the latest last.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub restored: Option<Vec<RestoredRecord>>,
@@ -374,6 +380,9 @@ impl Manifest {
         }
         for (i, c) in self.claims.iter().enumerate() {
             c.validate(i)?;
+        }
+        if let Some(r) = &self.replay_of {
+            crate::workspace::check_run_id(&r.run).map_err(|e| bad("replay_of.run", e))?;
         }
         Ok(())
     }

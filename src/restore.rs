@@ -182,6 +182,12 @@ impl Staged {
         &self.report
     }
 
+    /// The private staging directory the archive was extracted into,
+    /// removed when this is dropped unless placed.
+    pub fn staged_at(&self) -> &Path {
+        self.staging.path()
+    }
+
     /// Renames the staging directory onto the target in one step; refuses
     /// when something appeared at the target meanwhile.
     pub fn place(self) -> Result<RestoreReport> {

@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::run::defaults;
 pub mod fast;
 mod lane;
+mod replay;
 pub use lane::LaneCommand;
+pub use replay::{Expect, ReplayArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,6 +66,22 @@ the run (on stderr, or as JSON on stdout with --json) and record the list in the
         after_help = "Examples:\n  runws audit -- git config --global user.name x\n  runws audit --json -- npm cache add left-pad"
     )]
     Audit(Box<AuditArgs>),
+
+    /// Run a finished run again from its recorded inputs, and say whether the result is the same
+    #[command(
+        long_about = "Start a new run (its own id, directory, ports and manifest, which records \
+`replay_of`) of the command RUN recorded, with its job, working directory, timeout and isolation, \
+and its input copies (imports included) as inputs: its input fingerprint is RUN's. Names RUN was \
+passed with --pass are passed again; values it was given with --env or --env-file were never \
+recorded, so give them again. Refused, with nothing created, while RUN has not ended, when its \
+input copies no longer match their sha256, or when a variable is missing (all are named). Then each \
+output is compared by sha256 (same, different, missing, new), and the status and exit code too; the \
+comparison goes to stderr, to the replay's manifest under `replay`, and with --json to stdout. An \
+ARCHIVE is verified and restored (scanned, as `restore` does) under ROOT/restores/ first.",
+        after_help = "Examples:\n  runws replay last\n  runws replay 01927c3e --expect same --env-file prod.env\n  \
+runws replay ROOT/archive/report/01927c3e.tar.zst --sandbox --net none"
+    )]
+    Replay(Box<ReplayArgs>),
 
     /// Write an output of the current run (called by the command)
     #[command(long_about = "Write outputs/NAME.<run_id> of the current run atomically from FILE, or \

@@ -317,8 +317,61 @@ pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
         print_manifest(&m, rd.path(), json)?;
     } else {
         print_summary(&m, &rd)?;
+        print_replays(&root, &m)?;
     }
     Ok(exit::OK)
+}
+
+/// `show`'s lines on replays: what this run replayed and how it compared,
+/// and the replays of this run, newest first.
+fn print_replays(root: &Root, m: &Manifest) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let t = shown::text;
+    let verdict = |c: &Option<manifest::ReplayComparison>| match c {
+        None => "not compared".to_string(),
+        Some(c) if c.same => "same".to_string(),
+        Some(c) => {
+            let n = c.outputs.iter().filter(|o| o.result != "same").count();
+            let status = if c.status.0 != c.status.1 || c.exit_code.0 != c.exit_code.1 {
+                ", status differs"
+            } else {
+                ""
+            };
+            format!("DIFFERENT ({n} output(s) differ{status})")
+        }
+    };
+    if let Some(of) = &m.replay_of {
+        let mut line = format!("replay of: {}", t(&of.run));
+        if let Some(a) = &of.archive {
+            line.push_str(&format!(" from {}", shown::path(a)));
+            if of.from_quarantine {
+                line.push_str(" (quarantine)");
+            }
+        }
+        writeln!(out, "{line}: {}", verdict(&m.replay))?;
+        for l in m.replay.iter().flat_map(|c| crate::replay::render(&of.run, c).into_iter().skip(1)) {
+            writeln!(out, "          {}", l.trim_start())?;
+        }
+    }
+    // A replay starts after its original ended, so after the original's
+    // line in the index: the runs newer than it are all that is read.
+    let Ok(runs) = root.runs_dir(false) else { return out.flush() };
+    let Ok(mut newest) = runindex::Newest::open(root, &runs) else { return out.flush() };
+    while let Ok(Some(e)) = newest.next_entry() {
+        if e.id == m.run_id {
+            break;
+        }
+        if e.job.as_deref().is_some_and(|j| j != m.job) {
+            continue;
+        }
+        if let Ok(r) = runs.sub(&e.id).and_then(|d| manifest::read(&d))
+            && r.replay_of.as_ref().is_some_and(|of| of.run == m.run_id)
+        {
+            writeln!(out, "replayed:  {} {}", t(&r.run_id), verdict(&r.replay))?;
+        }
+    }
+    out.flush()
 }
 
 /// `runws cat`: output `name` of a finished run, on stdout, only once its

@@ -9,6 +9,7 @@ mod lane;
 mod lease;
 mod ls;
 mod reap;
+mod replay;
 mod run;
 mod seal;
 mod usage;
@@ -76,6 +77,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             lease::Say { verbose, json },
         ),
         Command::Audit(args) => run::audit(*args, root, store),
+        Command::Replay(args) => replay::replay(*args, root, store),
         Command::Put { name, file, verbose } => guard::put(&name, file.as_deref(), verbose),
         Command::Get { name, from } => guard::get(&name, from.as_deref()),
         Command::Has { name } => guard::has(&name),

@@ -128,5 +128,9 @@ fn request(
         metrics_dir: args.metrics_dir,
         isolation,
         command: args.command,
+        invoked_from: None,
+        imports: None,
+        expect_inputs: None,
+        replay_of: None,
     }
 }

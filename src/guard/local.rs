@@ -212,6 +212,13 @@ impl Local {
         if let Some(list) = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m)) {
             self.check_allowed(&list, run, name)?;
         }
+        // Imported already (by an earlier call, or by runws for a replay,
+        // whose producer may be gone since): the copy in `inputs/` stands.
+        if let Some(done) = m.inputs.iter().find(|i| {
+            i.from_run.as_deref() == Some(run) && i.from_output.as_ref().is_some_and(|o| *o == *name)
+        }) {
+            return Ok(done.clone());
+        }
         let producer = RunDir::open(&self.run.root, run)?;
         let pm = manifest::read(&producer.dir)?;
         if pm.status != Status::Succeeded {

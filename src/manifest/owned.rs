@@ -66,6 +66,8 @@ const OWNED: &[&str] = &[
     "sandbox",
     "worktree",
     "allow_import",
+    "replay_of",
+    "replay",
     "restored",
 ];
 

@@ -207,6 +207,54 @@ pub struct Checkpoint {
     pub extra: Extra,
 }
 
+/// `replay_of`: the run a replay ran again, and the archive it came from
+/// when it was replayed from one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayOf {
+    /// The original run's id.
+    pub run: String,
+    /// The sealed archive the original was restored from, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<std::path::PathBuf>,
+    /// True when that archive lay in quarantine (replayed only with
+    /// `--from-quarantine`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_quarantine: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// How one output of a replay compares with the original's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputComparison {
+    pub name: OsName,
+    /// `same` (equal sha256), `different`, `missing` (the original made it,
+    /// the replay did not) or `new` (the replay made it, the original did not).
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_sha256: Option<String>,
+}
+
+/// `replay`: how a replay's result compares with its original's, written
+/// once the replay has ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayComparison {
+    /// True when every output, the status and the exit code are the same.
+    pub same: bool,
+    /// The status of the original, then of the replay.
+    pub status: (String, String),
+    pub exit_code: (Option<i32>, Option<i32>),
+    pub outputs: Vec<OutputComparison>,
+    /// The program the original executed, when the replay's was another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_was: Option<String>,
+    pub at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// Serialises a record as earlier versions wrote it: as a JSON value, every
 /// object's keys in order of their names, whatever order its type declares.
 pub fn as_written<T: Serialize, S: serde::Serializer>(record: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
@@ -229,6 +277,8 @@ pub const RECORDS: &[(&str, Check)] = &[
     ("lease", reads::<LeaseRecord>),
     ("pings", reads::<Vec<PingRecord>>),
     ("refused", reads::<Vec<RefusedRecord>>),
+    ("replay", reads::<ReplayComparison>),
+    ("replay_of", reads::<ReplayOf>),
     ("restored", reads::<Vec<RestoredRecord>>),
     ("sandbox", reads::<super::sandbox::SandboxRecord>),
     ("truncated", reads::<Truncated>),

@@ -187,6 +187,8 @@ fn first_record(req: &Request, id: &str, job: String, invoked_from: &Path) -> Ma
         lease: None,
         pings: None,
         refused: None,
+        replay: None,
+        replay_of: req.replay_of.clone(),
         restored: None,
         sandbox: None,
         truncated: None,
@@ -214,7 +216,14 @@ fn make(
 
     let inputs = run.sub("inputs")?;
     m.inputs = fingerprint::copy_inputs(&req.inputs, &inputs)?;
+    if let Some(recorded) = &req.imports {
+        m.inputs.extend(fingerprint::copy_recorded(recorded, &inputs)?);
+        m.inputs.sort_by(|a, b| a.path.cmp(&b.path));
+    }
     m.input_fingerprint = fingerprint::combine(&m.inputs);
+    if let Some(expected) = &req.expect_inputs {
+        fingerprint::check_same(expected, &m.inputs, inputs.path())?;
+    }
 
     *ports = ports::reserve(req.ports, &req.port_host, &root.ports_ledger())?;
     m.ports = ports.records.clone();

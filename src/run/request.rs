@@ -75,6 +75,17 @@ pub struct Request {
     /// `--metrics-dir DIR`: where the job's Prometheus textfile goes.
     pub metrics_dir: Option<PathBuf>,
     pub isolation: Box<dyn Isolation>,
+    /// Where relative paths of the command are taken from, instead of the
+    /// current directory (a replay's: the original's).
+    pub invoked_from: Option<PathBuf>,
+    /// Files copied into `inputs/` as the recorded imports of another run,
+    /// each checked against its record (a replay's).
+    pub imports: Option<crate::fingerprint::Recorded>,
+    /// The records the inputs must come out as, or the run fails before its
+    /// command starts (a replay's: the original's inputs).
+    pub expect_inputs: Option<Vec<crate::manifest::InputRecord>>,
+    /// Recorded as the run's `replay_of`.
+    pub replay_of: Option<crate::manifest::ReplayOf>,
 }
 
 impl Request {
@@ -112,6 +123,10 @@ impl Request {
             ping_timeout: defaults::PING_TIMEOUT,
             metrics_dir: None,
             isolation: Box::new(Plain),
+            invoked_from: None,
+            imports: None,
+            expect_inputs: None,
+            replay_of: None,
         }
     }
 }
@@ -156,7 +171,10 @@ impl Request {
             .into());
         }
         let root = workspace::resolve_root(self.root.as_deref())?;
-        let invoked_from = std::env::current_dir().context("cannot read the current directory")?;
+        let invoked_from = match &self.invoked_from {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
         let job = job_name(self.job.as_deref(), &self.command[0])?;
         crate::allowlist::check(&self.allow_import)?;
         let grants = self.grants()?;
