@@ -530,6 +530,16 @@ fn read_named(dir: &Dir, name: &str) -> Result<Manifest> {
     Ok(m)
 }
 
+/// Reads, parses and checks the manifest of a run restored from its
+/// archive, which lies in a directory of another name than the run's.
+pub(crate) fn read_restored(dir: &Dir) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let Some(bytes) = read_bytes(dir, MANIFEST)? else {
+        return Err(Error::ManifestMissing { path });
+    };
+    parse(&bytes, &path)
+}
+
 /// The run id a manifest names must be its directory's name: a run cannot
 /// speak for another run (or for a path) by naming it.
 fn check_dir_name(m: &Manifest, dir: &Dir, path: &std::path::Path) -> Result<()> {

@@ -113,8 +113,8 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
         });
     }
     let dir = staged.staged_at().to_path_buf();
-    let m = manifest::read(&Dir::open(&dir)?).map_err(|e| match e {
-        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+    let m = manifest::read_restored(&Dir::open(&dir)?).map_err(|e| match e {
+        Error::ManifestMissing { .. } => {
             Error::Usage(format!("`{}` holds no run: it has no manifest.json", archive.display()))
         }
         e => e,

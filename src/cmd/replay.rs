@@ -33,8 +33,9 @@ pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> any
     };
     let req = replay::request(&original, opts, root.map(Path::to_path_buf), store.map(str::to_string))?;
     let of = original.m.run_id.clone();
-    let argv: Vec<String> = original.m.argv.iter().map(|a| crate::shown::text(a)).collect();
-    eprintln!("runws: replaying run {of} (job {}): {}", crate::shown::text(&original.m.job), argv.join(" "));
+    // Not its command line, which may hold what should not be printed
+    // (`show` prints it for whoever asks).
+    eprintln!("runws: replaying run {of} (job {})", crate::shown::text(&original.m.job));
     let finished = crate::run::run(req)?;
     let replayed = manifest::read(&finished.run.dir)?;
     let comparison = replay::compare(&original.m, &replayed);

@@ -44,6 +44,7 @@ mod reap_procs;
 mod reap_race;
 mod record_growth;
 mod records;
+mod replay;
 mod restore;
 mod run_index;
 mod sandbox;
