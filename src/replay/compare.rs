@@ -62,7 +62,7 @@ pub fn render(of: &str, c: &ReplayComparison) -> Vec<String> {
         format!("replay of run {}: DIFFERENT ({changed} of {} output(s) differ)", t(of), c.outputs.len())
     }];
     for o in c.outputs.iter().filter(|o| o.result != "same") {
-        let sha = |s: &Option<String>| s.as_deref().map_or("-".to_string(), |s| short(s));
+        let sha = |s: &Option<String>| s.as_deref().map_or("-".to_string(), short);
         lines.push(format!(
             "  output {}: {} (was {}, now {})",
             o.name.shown(),

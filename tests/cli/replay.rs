@@ -86,7 +86,8 @@ fn a_replay_of_the_second_run_reproduces_its_report_not_the_first() {
 #[test]
 fn a_job_that_reads_the_clock_is_reported_different_with_the_outputs_named() {
     let env = Env::new();
-    let script = "date +%s%N | runws put stamp.txt; echo fixed | runws put fixed.txt; echo kept | runws put kept.txt";
+    let script =
+        "date +%s%N | runws put stamp.txt; echo fixed | runws put fixed.txt; echo kept | runws put kept.txt";
     env.run(&["run", "--run-id", "c", "--job", "clock", "--", "sh", "-c", script]).ok();
     let before = env.run_ids();
     let out = env.run(&["replay", "c", "--expect", "same", "--json"]);
