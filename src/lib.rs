@@ -8,6 +8,7 @@
 mod allowlist;
 mod cache;
 mod capture;
+mod cgroup;
 mod child;
 mod cli;
 pub mod cmd;

@@ -34,7 +34,7 @@ pub mod sandbox;
 pub use owned::Owner;
 pub use records::{
     Checkpoint, ClaimKind, LeaseRecord, OutputComparison, PingRecord, RefusedRecord, ReplayComparison,
-    ReplayOf, RestoredRecord, Source, Truncated, WorktreeRecord,
+    ReplayOf, ResourcesRecord, RestoredRecord, Source, Truncated, WorktreeRecord,
 };
 
 /// The manifest schema this runws writes.
@@ -53,6 +53,9 @@ pub enum Status {
     Killed,
     /// `--timeout` ran out.
     TimedOut,
+    /// The kernel's out-of-memory killer ended a process of the run's
+    /// control group (`--memory`), and the command did not succeed.
+    Oom,
     /// The reaper took the run over after its lease expired.
     Abandoned,
 }
@@ -65,6 +68,7 @@ impl Status {
             Status::Failed => "failed",
             Status::Killed => "killed",
             Status::TimedOut => "timed_out",
+            Status::Oom => "oom",
             Status::Abandoned => "abandoned",
         }
     }
@@ -237,6 +241,9 @@ pub struct Manifest {
     /// The run this run replayed.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub replay_of: Option<ReplayOf>,
+    /// Its limits, and what it used (see [`crate::cgroup`]).
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub resources: Option<ResourcesRecord>,
     /// What runws put back over the command's edits, the latest last.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub restored: Option<Vec<RestoredRecord>>,

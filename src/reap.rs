@@ -244,12 +244,17 @@ pub enum Step {
     Group(pgroup::Ended, String),
     /// A leftover temp file, as [`crate::leftovers`] reports it.
     Leftover(Outcome, String),
+    /// The run's control group, left by a runws that was killed: the
+    /// processes in it killed (how many), and it removed.
+    ControlGroup(u64),
 }
 
 impl Step {
     pub fn outcome(&self) -> Outcome {
         match self {
-            Step::Removed(_) | Step::AlreadyGone(_) | Step::OnAnotherHost { .. } => Outcome::Done,
+            Step::Removed(_) | Step::AlreadyGone(_) | Step::OnAnotherHost { .. } | Step::ControlGroup(_) => {
+                Outcome::Done
+            }
             Step::WouldRemove(..) => Outcome::WouldDo,
             Step::Kept(..) | Step::MountLeft(_) => Outcome::Kept,
             Step::Failed(..) | Step::NotAGroup(_) | Step::UnknownKind(_) => Outcome::Failed,
@@ -302,6 +307,9 @@ impl Step {
             Step::NotAGroup(value) => format!("claimed pgid `{value}` is not a number"),
             Step::UnknownKind(kind) => format!("unknown claim kind `{kind}`"),
             Step::Group(_, message) | Step::Leftover(_, message) => message.clone(),
+            Step::ControlGroup(n) => {
+                format!("killed {n} process(es) left in the run's control group, and removed it")
+            }
         }
     }
 }
@@ -626,6 +634,18 @@ fn teardown(
         let ended = end_group(pgid, start_time, opts.grace, Some(&facts), procs);
         Step::Group(ended.ended, ended.message)
     };
+    // The control group a killed runws left: named from ROOT and the run
+    // id alone, so nothing the run wrote chooses what is killed.
+    if same_host
+        && !opts.dry_run
+        && let Some(n) = crate::cgroup::reap(
+            run.root.path(),
+            &run.id,
+            m.resources.as_ref().map(|r| r.group_dirs.as_slice()).unwrap_or_default(),
+        )
+    {
+        steps.push(Step::ControlGroup(n));
+    }
     if let Some(child) = &m.child {
         if same_host {
             steps.push(group(child.pgid, Some(child.start_time)));

@@ -174,6 +174,10 @@ fn defaults() -> RunArgs {
         ping: run.ping,
         ping_timeout: run.ping_timeout,
         metrics_dir: run.metrics_dir,
+        memory: None,
+        pids: None,
+        cpu: None,
+        limits: None,
         seal: false,
         seal_opts: SealArgs {
             to: None,

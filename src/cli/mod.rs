@@ -629,6 +629,24 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub metrics_dir: Option<PathBuf>,
 
+    /// Most memory the run's processes may use together (a control group of its own;
+    /// beyond it the kernel ends a process, and the run's status is `oom`)
+    #[arg(long, value_name = "SIZE", value_parser = crate::duration::parse_size)]
+    pub memory: Option<u64>,
+
+    /// Most processes (and threads) the run may have at once
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub pids: Option<u64>,
+
+    /// Most CPU the run may use, in cores (fractions allowed: 0.5, 1.5)
+    #[arg(long, value_name = "CORES", value_parser = crate::cgroup::parse_cores)]
+    pub cpu: Option<f64>,
+
+    /// `try`: run without the limits, and record why, where no control group can be
+    /// made (by default such a run is refused)
+    #[arg(long, value_name = "MODE", require_equals = true, value_parser = ["on", "try"])]
+    pub limits: Option<String>,
+
     /// Seal the run after the command exits (see `runws seal --help`)
     #[arg(long)]
     pub seal: bool,

@@ -132,5 +132,11 @@ fn request(
         imports: None,
         expect_inputs: None,
         replay_of: None,
+        limits: crate::cgroup::Limits {
+            memory: args.memory,
+            pids: args.pids,
+            cpu: args.cpu,
+            try_mode: args.limits.as_deref() == Some("try"),
+        },
     }
 }

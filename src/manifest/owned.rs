@@ -68,6 +68,7 @@ const OWNED: &[&str] = &[
     "allow_import",
     "replay_of",
     "replay",
+    "resources",
     "restored",
 ];
 

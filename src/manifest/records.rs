@@ -207,6 +207,50 @@ pub struct Checkpoint {
     pub extra: Extra,
 }
 
+/// The manifest's `resources` record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourcesRecord {
+    /// `cgroup v2` or `cgroup v1`, when the run had a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The group's directories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_dirs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limit: Option<f64>,
+    /// Why the limits asked for with `--limits=try` were not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+    /// The most memory the group used at once, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory: Option<u64>,
+    /// The most processes the group held at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_pids: Option<u64>,
+    /// CPU time of everything the command started, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_user_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_system_ms: Option<u64>,
+    /// The largest resident set of any one process, in bytes (from the
+    /// kernel's accounting of the processes runws waited for; a run without
+    /// a group has this and the CPU times only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rss: Option<u64>,
+    /// How many processes the kernel's out-of-memory killer ended in the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
+    /// How many processes were left when the command ended, and killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed_left: Option<u64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `replay_of`: the run a replay ran again, and the archive it came from
 /// when it was replayed from one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,6 +322,7 @@ pub const RECORDS: &[(&str, Check)] = &[
     ("pings", reads::<Vec<PingRecord>>),
     ("refused", reads::<Vec<RefusedRecord>>),
     ("replay", reads::<ReplayComparison>),
+    ("resources", reads::<ResourcesRecord>),
     ("replay_of", reads::<ReplayOf>),
     ("restored", reads::<Vec<RestoredRecord>>),
     ("sandbox", reads::<super::sandbox::SandboxRecord>),

@@ -7,7 +7,7 @@ use crate::child::Outcome;
 use crate::error::Error;
 use crate::exit;
 use crate::fsx::Reserved;
-use crate::manifest::{self, Manifest, Owner, Status};
+use crate::manifest::{self, Manifest, Owner, ResourcesRecord, Status};
 use crate::sys::proc::Termination;
 use crate::workspace::RunDir;
 
@@ -52,7 +52,7 @@ pub(super) fn not_started(run: &RunDir, record: &mut Owner, e: Error, slot: Opti
     let code = e.exit_code();
     let msg = e.to_string();
     let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None) {
+    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None, None) {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     eprintln!("runws: {msg}");
@@ -69,13 +69,17 @@ pub(super) fn finish(
     error: Option<String>,
     slot: Option<Reserved<'_>>,
     lease_lost_at: Option<String>,
+    resources: Option<ResourcesRecord>,
 ) -> Result<(), Error> {
+    let oom = resources.as_ref().and_then(|r| r.oom_kills).is_some_and(|n| n > 0);
     let change = |m: &mut Manifest| {
         if m.status != Status::Running {
             return Err(Error::TakenOver { run: run.id.clone(), status: m.status.as_str() });
         }
         m.status = if o.timed_out {
             Status::TimedOut
+        } else if oom && o.exit_code != Some(0) {
+            Status::Oom
         } else if o.signal.is_some() {
             Status::Killed
         } else if o.exit_code == Some(0) {
@@ -91,6 +95,9 @@ pub(super) fn finish(
         m.finished_at = Some(now);
         if let (Some(at), Some(rec)) = (lease_lost_at, m.lease.as_mut()) {
             rec.lost_at = Some(at);
+        }
+        if let Some(r) = resources {
+            m.resources = Some(r);
         }
         Ok(())
     };

@@ -47,6 +47,8 @@ pub(super) struct Prepared<'r> {
     /// The lock that marks the run directory as being made, held until the
     /// first record exists (see [`RunDir::creating`]).
     pub creating: Option<DirLock>,
+    /// The run's control group, when it has limits.
+    pub group: Option<crate::cgroup::Group>,
 }
 
 /// This process as the supervisor of a run, until dropped: not dumpable, a
@@ -122,6 +124,10 @@ pub(super) fn prepare<'r>(
             return Err(e).with_context(|| format!("cannot reserve the record of run `{id}`"));
         }
     };
+    let group = match make_group(&req, &root, &id, &mut m) {
+        Ok(g) => g,
+        Err(e) => return Err(record_failure(run, m, e, Some(final_slot))),
+    };
     let mut ports = Ports::none();
     let made = make(&mut req, grants, lease.as_ref(), run, &root, &invoked_from, &mut m, &mut ports);
     // Inputs, ports and the environment are recorded now: room for them.
@@ -143,7 +149,42 @@ pub(super) fn prepare<'r>(
         lease,
         signals,
         creating,
+        group,
     })
+}
+
+/// The run's control group, made and recorded when it has limits; with
+/// `--limits=try`, a group that cannot be made is recorded as missing.
+fn make_group(
+    req: &Request,
+    root: &Root,
+    id: &str,
+    m: &mut Manifest,
+) -> Result<Option<crate::cgroup::Group>, Error> {
+    let limits = &req.limits;
+    if !limits.any() {
+        return Ok(None);
+    }
+    let mut record = manifest::ResourcesRecord {
+        memory_limit: limits.memory,
+        pids_limit: limits.pids,
+        cpu_limit: limits.cpu,
+        ..Default::default()
+    };
+    let made = crate::cgroup::Group::create(&crate::cgroup::name(root.path(), id), limits);
+    let group = match made {
+        Ok(g) => g,
+        Err(why) if limits.try_mode => {
+            eprintln!("runws: warning: running without limits: {why}");
+            record.missing = Some(why);
+            None
+        }
+        Err(why) => return Err(Error::Usage(format!("cannot limit the run: {why}"))),
+    };
+    record.group = group.as_ref().map(|g| g.kind().to_string());
+    record.group_dirs = group.as_ref().map(|g| g.dirs()).unwrap_or_default();
+    m.resources = Some(record);
+    Ok(group)
 }
 
 /// The run's first record: who asked for what, nothing made yet.
@@ -189,6 +230,7 @@ fn first_record(req: &Request, id: &str, job: String, invoked_from: &Path) -> Ma
         refused: None,
         replay: None,
         replay_of: req.replay_of.clone(),
+        resources: None,
         restored: None,
         sandbox: None,
         truncated: None,

@@ -86,6 +86,8 @@ pub struct Request {
     pub expect_inputs: Option<Vec<crate::manifest::InputRecord>>,
     /// Recorded as the run's `replay_of`.
     pub replay_of: Option<crate::manifest::ReplayOf>,
+    /// `--memory`, `--pids`, `--cpu`, `--limits=try`.
+    pub limits: crate::cgroup::Limits,
 }
 
 impl Request {
@@ -127,6 +129,7 @@ impl Request {
             imports: None,
             expect_inputs: None,
             replay_of: None,
+            limits: crate::cgroup::Limits::default(),
         }
     }
 }
@@ -191,6 +194,14 @@ impl Request {
         }
         for input in &self.inputs {
             std::fs::metadata(input).ctx("cannot read input", input)?;
+        }
+        if self.limits.any()
+            && !self.limits.try_mode
+            && let Err(why) = crate::cgroup::available(&self.limits)
+        {
+            return Err(
+                Error::Usage(format!("cannot limit the run: {why}; --limits=try runs without")).into()
+            );
         }
         Ok(Checked { req: self, id, job, root, invoked_from, grants })
     }

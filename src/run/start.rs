@@ -16,6 +16,7 @@ use super::prepare::Prepared;
 use super::request::Request;
 use crate::capture::Capture;
 use crate::child::{self, Watch};
+use crate::error::Error;
 use crate::fsx::PendingSync;
 use crate::fsx::Reserved;
 use crate::manifest::{self, ChildRecord, Owner, Status};
@@ -50,6 +51,10 @@ pub(super) struct Started<'r> {
     terminal: Option<Option<Termios>>,
     /// `--ping`'s start ping, on its way.
     start_ping: Option<StartPing>,
+    /// The run's control group, when it has limits.
+    group: Option<crate::cgroup::Group>,
+    /// What runws's waited-for children had used before the fork.
+    used_before: Used,
 }
 
 /// How a run that got as far as its fork ended: see [`super::Finished`].
@@ -82,8 +87,10 @@ impl<'r> Prepared<'r> {
             lease,
             signals,
             creating,
+            group,
         } = self;
         let id = run.id.as_str();
+        let used_before = Used::now();
         let program = spec.program.clone();
         let terminal = spec.foreground.then(|| nix::sys::termios::tcgetattr(std::io::stdin()).ok());
         // Fork, record the child, then let it exec.
@@ -93,6 +100,14 @@ impl<'r> Prepared<'r> {
             Err(e) => return Err(record_failure(run, m, e, final_slot.take())),
         };
         let pid = paused.pid();
+        // In its group before it can start anything: all it starts is too.
+        if let Some(g) = &group
+            && let Err(e) = g.admit(pid.as_raw())
+        {
+            paused.abandon();
+            let e = Error::io("cannot put the command into its control group", format!("pid {pid}"), e);
+            return Err(record_failure(run, m, e, final_slot.take()));
+        }
         let start_time =
             bracket.start_time().or_else(|| procinfo::stat(pid.as_raw()).map(|s| s.start_time)).unwrap_or(0);
         m.child = Some(ChildRecord { pid: pid.as_raw(), pgid: pid.as_raw(), start_time });
@@ -172,6 +187,8 @@ impl<'r> Prepared<'r> {
             signals,
             terminal,
             start_ping,
+            group,
+            used_before,
         })))
     }
 }
@@ -196,6 +213,8 @@ impl Started<'_> {
             signals,
             terminal,
             start_ping,
+            mut group,
+            used_before,
         } = self;
         let Request { ref mut isolation, lease_ttl: ttl, timeout, kill_after, .. } = req;
         let id = run.id.as_str();
@@ -260,11 +279,12 @@ impl Started<'_> {
             return Ok(Ended { code, started: false, interrupted });
         }
         isolation.ended(run, &mut outcome);
+        let resources = resources(record.record().resources.clone(), group.take(), &used_before);
         let code = exit_code(&outcome);
         // A lease lost while the command ran is found now at the latest,
         // however quickly the command ended after runws was stopped or starved.
         let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
-        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at)
+        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at, Some(resources))
             .with_context(|| format!("cannot record the end of run `{id}`"))?;
         if record.record().restored.is_some() {
             eprintln!(
@@ -285,4 +305,60 @@ fn restore_foreground(modes: Option<&Termios>) {
     if let Some(modes) = modes {
         let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSADRAIN, modes);
     }
+}
+
+/// CPU time and the largest resident set of the processes runws waited
+/// for (`getrusage(RUSAGE_CHILDREN)`): runws is the command's subreaper, so
+/// every process of the run that ended before the command did is counted.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Used {
+    user_ms: u64,
+    system_ms: u64,
+    max_rss: u64,
+}
+
+impl Used {
+    fn now() -> Used {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let Ok(u) = getrusage(UsageWho::RUSAGE_CHILDREN) else { return Used::default() };
+        let ms = |t: nix::sys::time::TimeVal| (t.tv_sec() as u64) * 1000 + (t.tv_usec() as u64) / 1000;
+        Used {
+            user_ms: ms(u.user_time()),
+            system_ms: ms(u.system_time()),
+            // Kilobytes on Linux.
+            max_rss: (u.max_rss().max(0) as u64) * 1024,
+        }
+    }
+}
+
+/// The run's `resources` record at its end: its group's use (everything in
+/// the group killed first, then the group removed), or, without a group,
+/// the use of the processes runws waited for.
+fn resources(
+    asked: Option<manifest::ResourcesRecord>,
+    group: Option<crate::cgroup::Group>,
+    before: &Used,
+) -> manifest::ResourcesRecord {
+    let mut r = asked.unwrap_or_default();
+    let after = Used::now();
+    r.cpu_user_ms = Some(after.user_ms.saturating_sub(before.user_ms));
+    r.cpu_system_ms = Some(after.system_ms.saturating_sub(before.system_ms));
+    r.max_rss = Some(after.max_rss);
+    if let Some(mut g) = group {
+        let left = g.kill_all();
+        let u = g.usage();
+        g.remove();
+        if left > 0 {
+            eprintln!("runws: killed {left} process(es) the command left in its control group");
+            r.killed_left = Some(left);
+        }
+        r.peak_memory = u.peak_memory;
+        r.peak_pids = u.peak_pids;
+        r.oom_kills = u.oom_kills;
+        if u.cpu_user_ms.is_some() {
+            r.cpu_user_ms = u.cpu_user_ms;
+            r.cpu_system_ms = u.cpu_system_ms;
+        }
+    }
+    r
 }

@@ -26,6 +26,7 @@ mod hostile_index;
 mod inputs;
 mod lane;
 mod lease;
+mod limits;
 mod listing;
 mod machine;
 mod many_inputs;

@@ -1,0 +1,501 @@
+//! A run's control group: its limits (`--memory`, `--pids`, `--cpu`), what
+//! it used, and the end of everything it started.
+//!
+//! runws makes the group as a child of the group it runs in itself, so an
+//! outer limit (a container's, a systemd unit's) still holds around it and
+//! its use is counted there too. cgroup v2 is used where runws's own group
+//! lets its children have the controllers the limits need (root, or a
+//! delegated subtree, as systemd gives user services); else the cgroup v1
+//! hierarchies of those controllers, where runws may make a directory
+//! (root). Otherwise the run is refused naming what is missing, or, with
+//! `--limits=try`, runs without and records why.
+//!
+//! The command's first process is put in the group while it waits at its
+//! gate, so everything it starts is in the group too, whatever process
+//! group or session it moves to. When the command ends every process left
+//! in the group is killed (`cgroup.kill` on v2; on v1 each member by a
+//! pidfd, opened and then checked to be a member still, so a reused pid is
+//! never signalled), what the group used is read, and the group is removed.
+//! A group left by a runws that was killed is found by its name, which the
+//! reaper derives from ROOT and the run id, never from anything the run
+//! wrote.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// What a run asked for; `None` is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+    /// CPU time per period, in cores (1.5 is one and a half cores).
+    pub cpu: Option<f64>,
+    /// `--limits=try`: run without the limits when no group can be made.
+    pub try_mode: bool,
+}
+
+impl Limits {
+    pub fn any(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some() || self.cpu.is_some()
+    }
+
+    /// The controllers these limits need.
+    fn needed(&self) -> Vec<&'static str> {
+        let mut c = Vec::new();
+        if self.memory.is_some() {
+            c.push("memory");
+        }
+        if self.pids.is_some() {
+            c.push("pids");
+        }
+        if self.cpu.is_some() {
+            c.push("cpu");
+        }
+        c
+    }
+}
+
+/// What the group used, read before it is removed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub peak_memory: Option<u64>,
+    pub peak_pids: Option<u64>,
+    pub cpu_user_ms: Option<u64>,
+    pub cpu_system_ms: Option<u64>,
+    pub oom_kills: Option<u64>,
+}
+
+/// One run's group: a directory in the v2 hierarchy, or one per v1
+/// hierarchy of the controllers it uses.
+#[derive(Debug)]
+pub struct Group {
+    v2: bool,
+    dirs: Vec<PathBuf>,
+}
+
+/// The group's name: runws's, ROOT's and the run's, so runs of the same id
+/// under two ROOTs never share one.
+pub fn name(root: &Path, run_id: &str) -> String {
+    let key = crate::hex::encode(&Sha256::digest(root.as_os_str().as_encoded_bytes()));
+    format!("runws-{}-{run_id}", &key[..12])
+}
+
+/// A mounted hierarchy: where, and for v1 which controllers it holds.
+struct Mount {
+    at: PathBuf,
+    v2: bool,
+    controllers: Vec<String>,
+}
+
+fn mounts() -> Vec<Mount> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // `ID PARENT M:N ROOT MOUNTPOINT OPTS [TAGS...] - TYPE SOURCE SUPER`
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let at = left.split(' ').nth(4).unwrap_or_default();
+        let mut r = right.split(' ');
+        let (fstype, _, sup) = (r.next().unwrap_or_default(), r.next(), r.next().unwrap_or_default());
+        let at = PathBuf::from(unescape(at));
+        match fstype {
+            "cgroup2" => out.push(Mount { at, v2: true, controllers: Vec::new() }),
+            "cgroup" => {
+                out.push(Mount { at, v2: false, controllers: sup.split(',').map(str::to_string).collect() })
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Mount points escape space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// This process's group in the hierarchy that holds `controller` (`""`
+/// for v2), from `/proc/self/cgroup`.
+fn own_path(controller: &str) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let hit =
+            if controller.is_empty() { ctrls.is_empty() } else { ctrls.split(',').any(|c| c == controller) };
+        hit.then(|| path.to_string())
+    })
+}
+
+fn under(mount: &Path, own: &str, name: &str) -> PathBuf {
+    mount.join(own.trim_start_matches('/')).join(name)
+}
+
+/// Where the group of `name` lies, or would: the v2 directory when the v2
+/// hierarchy can hold every controller in `want`, else one v1 directory
+/// per controller. Err names what is missing.
+fn place(name: &str, want: &[&str]) -> Result<(bool, Vec<PathBuf>), String> {
+    let all = mounts();
+    if let Some(m) = all.iter().find(|m| m.v2)
+        && let Some(own) = own_path("")
+    {
+        let parent = m.at.join(own.trim_start_matches('/'));
+        let enabled = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+        let have: Vec<&str> = enabled.split_whitespace().collect();
+        if want.iter().all(|w| have.contains(w)) {
+            return Ok((true, vec![parent.join(name)]));
+        }
+    }
+    let mut dirs = Vec::new();
+    let mut missing = Vec::new();
+    for c in want {
+        match (all.iter().find(|m| !m.v2 && m.controllers.iter().any(|x| x == c)), own_path(c)) {
+            (Some(m), Some(own)) => {
+                let d = under(&m.at, &own, name);
+                if !dirs.contains(&d) {
+                    dirs.push(d);
+                }
+            }
+            _ => missing.push(*c),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "no cgroup hierarchy here has the {} controller(s) for this process's group \
+             (cgroup v2 with them delegated, or cgroup v1 mounted)",
+            missing.join(", ")
+        ));
+    }
+    Ok((false, dirs))
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new().write(true).open(dir.join(file))?;
+    f.write_all(value.as_bytes())
+}
+
+fn read_u64(dir: &Path, file: &str) -> Option<u64> {
+    fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+}
+
+/// `KEY N` lines (`memory.events`, `cpu.stat`, `memory.oom_control`).
+fn keyed(dir: &Path, file: &str, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(dir.join(file)).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Whether a group with `limits` can be made here, checked without making
+/// it: the hierarchies exist, and runws may make directories in them.
+pub fn available(limits: &Limits) -> Result<(), String> {
+    let (_, dirs) = place("probe", &limits.needed())?;
+    for d in dirs {
+        let parent = d.parent().unwrap_or(&d);
+        if nix::unistd::access(parent, nix::unistd::AccessFlags::W_OK).is_err() {
+            return Err(format!(
+                "runws may not make a control group in `{}` (root, or a delegated cgroup v2 subtree, may)",
+                parent.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Group {
+    /// Makes the group of run `name` with `limits`. `Ok(None)`: no limits
+    /// were asked for.
+    pub fn create(name: &str, limits: &Limits) -> Result<Option<Group>, String> {
+        if !limits.any() {
+            return Ok(None);
+        }
+        let want = limits.needed();
+        let (v2, mut dirs) = place(name, &want)?;
+        // For the accounting: the v1 hierarchies of the rest, where present.
+        if !v2 {
+            for extra in ["memory", "pids", "cpuacct"] {
+                if !want.contains(&extra)
+                    && let Ok((_, more)) = place(name, &[extra])
+                {
+                    for d in more {
+                        if !dirs.contains(&d) {
+                            dirs.push(d);
+                        }
+                    }
+                }
+            }
+        }
+        let mut made = Group { v2, dirs: Vec::new() };
+        for d in &dirs {
+            match fs::create_dir(d) {
+                Ok(()) => made.dirs.push(d.clone()),
+                Err(e) => {
+                    made.remove();
+                    return Err(format!("cannot make the run's control group `{}`: {e}", d.display()));
+                }
+            }
+        }
+        if let Err(e) = made.apply(limits) {
+            made.remove();
+            return Err(e);
+        }
+        Ok(Some(made))
+    }
+
+    fn apply(&self, limits: &Limits) -> Result<(), String> {
+        let set = |file: &str, value: String| -> Result<(), String> {
+            let dir =
+                self.dir_with(file).ok_or_else(|| format!("the run's control group has no `{file}`"))?;
+            write(&dir, file, &value).map_err(|e| format!("cannot set `{}`: {e}", dir.join(file).display()))
+        };
+        if let Some(m) = limits.memory {
+            if self.v2 {
+                set("memory.max", m.to_string())?;
+                // Swap would let the command use more than the limit.
+                if let Some(d) = self.dir_with("memory.swap.max") {
+                    let _ = write(&d, "memory.swap.max", "0");
+                }
+            } else {
+                set("memory.limit_in_bytes", m.to_string())?;
+                if let Some(d) = self.dir_with("memory.memsw.limit_in_bytes") {
+                    let _ = write(&d, "memory.memsw.limit_in_bytes", &m.to_string());
+                }
+            }
+        }
+        if let Some(p) = limits.pids {
+            set("pids.max", p.to_string())?;
+        }
+        if let Some(c) = limits.cpu {
+            const PERIOD: u64 = 100_000;
+            let quota = ((c * PERIOD as f64).round() as u64).max(1000);
+            if self.v2 {
+                set("cpu.max", format!("{quota} {PERIOD}"))?;
+            } else {
+                set("cpu.cfs_period_us", PERIOD.to_string())?;
+                set("cpu.cfs_quota_us", quota.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's directory that holds `file`.
+    fn dir_with(&self, file: &str) -> Option<PathBuf> {
+        self.dirs.iter().find(|d| d.join(file).exists()).cloned()
+    }
+
+    /// Its directories: for the record, so that a reaper in another group
+    /// finds them.
+    pub fn dirs(&self) -> Vec<String> {
+        self.dirs.iter().map(|d| d.display().to_string()).collect()
+    }
+
+    /// Which hierarchy: for the record.
+    pub fn kind(&self) -> &'static str {
+        if self.v2 { "cgroup v2" } else { "cgroup v1" }
+    }
+
+    /// Puts process `pid` (waiting at its gate) into the group.
+    pub fn admit(&self, pid: i32) -> io::Result<()> {
+        for d in &self.dirs {
+            write(d, "cgroup.procs", &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Kills every process in the group, until it is empty (or a bound of
+    /// rounds passed); returns how many were signalled.
+    pub fn kill_all(&self) -> u64 {
+        kill_members(&self.dirs, self.v2)
+    }
+
+    /// What the group used.
+    pub fn usage(&self) -> Usage {
+        let find = |f: &str| self.dir_with(f);
+        let mut u = Usage::default();
+        if self.v2 {
+            u.peak_memory = find("memory.peak").and_then(|d| read_u64(&d, "memory.peak"));
+            u.oom_kills = find("memory.events").and_then(|d| keyed(&d, "memory.events", "oom_kill"));
+            u.cpu_user_ms =
+                find("cpu.stat").and_then(|d| keyed(&d, "cpu.stat", "user_usec")).map(|us| us / 1000);
+            u.cpu_system_ms =
+                find("cpu.stat").and_then(|d| keyed(&d, "cpu.stat", "system_usec")).map(|us| us / 1000);
+        } else {
+            u.peak_memory =
+                find("memory.max_usage_in_bytes").and_then(|d| read_u64(&d, "memory.max_usage_in_bytes"));
+            u.oom_kills =
+                find("memory.oom_control").and_then(|d| keyed(&d, "memory.oom_control", "oom_kill"));
+            let ns = |f: &str| find(f).and_then(|d| read_u64(&d, f)).map(|ns| ns / 1_000_000);
+            u.cpu_user_ms = ns("cpuacct.usage_user");
+            u.cpu_system_ms = ns("cpuacct.usage_sys");
+        }
+        u.peak_pids = find("pids.peak").and_then(|d| read_u64(&d, "pids.peak"));
+        u
+    }
+
+    /// Removes the group's directories (each must be empty of processes).
+    pub fn remove(&mut self) {
+        remove_dirs(&std::mem::take(&mut self.dirs));
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.dirs.is_empty() {
+            kill_members(&self.dirs, self.v2);
+            self.remove();
+        }
+    }
+}
+
+fn remove_dirs(dirs: &[PathBuf]) {
+    for d in dirs {
+        // A process that was just killed leaves the group a moment later.
+        for _ in 0..200 {
+            match fs::remove_dir(d) {
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+fn kill_members(dirs: &[PathBuf], v2: bool) -> u64 {
+    let Some(first) = dirs.first() else { return 0 };
+    if v2 && write(first, "cgroup.kill", "1").is_ok() {
+        let n = members(first).len() as u64;
+        for _ in 0..500 {
+            if members(first).is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        return n;
+    }
+    let mut signalled = std::collections::BTreeSet::new();
+    for _ in 0..500 {
+        let pids = members(first);
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            if signal_member(pid, first) {
+                signalled.insert(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signalled.len() as u64
+}
+
+fn members(dir: &Path) -> Vec<i32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// SIGKILL to `pid` through a pidfd opened first and then checked to be a
+/// member of the group in `dir` still: a pid reused since the group was
+/// listed is never signalled.
+fn signal_member(pid: i32, dir: &Path) -> bool {
+    let Some(p) = rustix::process::Pid::from_raw(pid) else { return false };
+    let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else { return false };
+    if !members(dir).contains(&pid) {
+        return false;
+    }
+    rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL).is_ok()
+}
+
+/// The group a killed runws left for run `run_id` of `root`: every process
+/// in it killed, then removed. Returns how many were killed, or `None`
+/// when there was no group.
+pub fn reap(root: &Path, run_id: &str, recorded: &[String]) -> Option<u64> {
+    let name = name(root, run_id);
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let all = mounts();
+    let mut v2 = false;
+    // Where the run's runws made it, as recorded (the reaper may run in
+    // another group than that runws did): only a directory of exactly the
+    // run's name, in a mounted hierarchy, by a path without `..`.
+    for r in recorded {
+        let p = Path::new(r);
+        let plain = p.is_absolute() && p.components().all(|c| !matches!(c, std::path::Component::ParentDir));
+        let named = p.file_name().is_some_and(|n| *n == *name.as_str());
+        if let (true, true, Some(m)) = (plain, named, all.iter().find(|m| p.starts_with(&m.at) && p != m.at))
+            && p.is_dir()
+            && !dirs.contains(&p.to_path_buf())
+        {
+            v2 |= m.v2;
+            dirs.push(p.to_path_buf());
+        }
+    }
+    for c in ["memory", "pids", "cpu", "cpuacct"] {
+        if let Ok((is_v2, found)) = place(&name, &[c]) {
+            v2 |= is_v2;
+            for d in found {
+                if !dirs.contains(&d) && d.is_dir() {
+                    dirs.push(d);
+                }
+            }
+        }
+    }
+    if dirs.is_empty() {
+        return None;
+    }
+    let killed = kill_members(&dirs, v2);
+    remove_dirs(&dirs);
+    Some(killed)
+}
+
+/// `--cpu`: cores, a positive number (fractions allowed), at most 4096.
+pub fn parse_cores(s: &str) -> Result<f64, String> {
+    let c: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of cores (1, 0.5, 2.5)"))?;
+    if !(c.is_finite() && (0.01..=4096.0).contains(&c)) {
+        return Err(format!("`{s}` cores: give at least 0.01 and at most 4096"));
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_differ_by_root_and_run() {
+        let a = name(Path::new("/a"), "r");
+        assert_ne!(a, name(Path::new("/b"), "r"));
+        assert_ne!(a, name(Path::new("/a"), "s"));
+        assert!(a.starts_with("runws-") && a.ends_with("-r"));
+    }
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape("/sys/fs/cgroup/a\\040b"), "/sys/fs/cgroup/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
+
+    #[test]
+    fn cores_parse_and_are_bounded() {
+        assert_eq!(parse_cores("1.5"), Ok(1.5));
+        assert!(parse_cores("0").is_err());
+        assert!(parse_cores("-1").is_err());
+        assert!(parse_cores("nan").is_err());
+        assert!(parse_cores("x").is_err());
+    }
+}

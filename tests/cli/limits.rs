@@ -1,0 +1,242 @@
+//! `run --memory/--pids/--cpu`: a control group per run, what exceeding a
+//! limit does, processes that left the command's group killed at its end,
+//! the use recorded, a refusal where no group can be made, and `reap` of a
+//! group a killed runws left.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::sandbox::{Retry, Who, runws_as, skip};
+
+/// Whether this machine lets the tests make control groups (root, with the
+/// controllers mounted); says why not when it does not.
+fn groups_here(test: &str) -> bool {
+    let env = Env::new();
+    let out = env.run(&["run", "--memory", "64M", "--pids", "64", "--cpu", "1", "--", "true"]);
+    if out.code != Some(0) {
+        eprintln!("skipped {test}: no control group here: {}", out.stderr.trim());
+        return false;
+    }
+    true
+}
+
+/// A sleep duration no other process has (`pgrep -f` finds it), about ten minutes.
+fn unique_sleep() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("600.{nanos:09}{}", std::process::id() % 1000)
+}
+
+fn resources(env: &Env, id: &str) -> serde_json::Value {
+    env.manifest(id)["resources"].clone()
+}
+
+#[test]
+fn exceeding_the_memory_limit_ends_the_run_as_oom() {
+    if !groups_here("memory_oom") {
+        return;
+    }
+    let env = Env::new();
+    let out = env.run(&[
+        "run",
+        "--run-id",
+        "m",
+        "--memory",
+        "40M",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(300 << 20)",
+    ]);
+    out.code(137);
+    let m = env.manifest("m");
+    assert_eq!(m["status"], "oom");
+    let r = &m["resources"];
+    assert_eq!(r["memory_limit"], 40 << 20);
+    assert!(r["oom_kills"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["peak_memory"].as_u64().unwrap() <= 41 << 20, "{r}");
+    env.run(&["show", "m"]).ok().stdout_has("status:    oom");
+    // Under the limit: an ordinary run.
+    env.run(&["run", "--run-id", "ok", "--memory", "200M", "--", "python3", "-c", "x = bytearray(20 << 20)"])
+        .ok();
+    assert_eq!(env.manifest("ok")["status"], "succeeded");
+}
+
+#[test]
+fn a_fork_bomb_is_contained_at_pids_and_nothing_outlives_the_run() {
+    if !groups_here("pids_bomb") {
+        return;
+    }
+    let env = Env::new();
+    let tag = unique_sleep();
+    // Fifty background sleepers, each tried; at most 16 processes at once.
+    let script = format!("for i in $(seq 50); do sleep {tag} 2>/dev/null & done; exit 0");
+    // The shell gives up at the first fork refused (exit 2): contained.
+    let out = env.run(&["run", "--run-id", "p", "--pids", "16", "--", "sh", "-c", &script]);
+    assert!(out.stderr.contains("fork") || out.code == Some(0), "{out:?}");
+    let r = resources(&env, "p");
+    assert!(r["peak_pids"].as_u64().unwrap() <= 16, "{r}");
+    assert!(r["killed_left"].as_u64().unwrap() >= 1, "{r}");
+    let left = std::process::Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    assert!(left.stdout.is_empty(), "sleepers outlived the run: {}", String::from_utf8_lossy(&left.stdout));
+}
+
+#[test]
+fn processes_that_left_the_commands_group_are_killed_at_its_end() {
+    if !groups_here("escapees") {
+        return;
+    }
+    let env = Env::new();
+    let tag = unique_sleep();
+    // setsid and a double fork: out of the command's process group and
+    // session, reparented; still in the run's control group.
+    let script = format!("setsid sleep {tag} & (sh -c 'sleep {tag} &' &); sleep 0.1");
+    env.run(&["run", "--run-id", "e", "--memory", "256M", "--", "sh", "-c", &script]).ok();
+    let left = std::process::Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    assert!(left.stdout.is_empty(), "escaped: {}", String::from_utf8_lossy(&left.stdout));
+    assert!(resources(&env, "e")["killed_left"].as_u64().unwrap() >= 2);
+    // The group is gone.
+    for dir in resources(&env, "e")["group_dirs"].as_array().unwrap() {
+        assert!(!std::path::Path::new(dir.as_str().unwrap()).exists(), "{dir} is left");
+    }
+}
+
+#[test]
+fn the_cpu_limit_holds_a_busy_loop_to_its_share() {
+    if !groups_here("cpu_share") {
+        return;
+    }
+    let env = Env::new();
+    env.run(&[
+        "run",
+        "--run-id",
+        "c",
+        "--cpu",
+        "0.2",
+        "--timeout",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        "while :; do :; done",
+    ])
+    .code(124);
+    let r = resources(&env, "c");
+    let used = r["cpu_user_ms"].as_u64().unwrap() + r["cpu_system_ms"].as_u64().unwrap();
+    // 0.2 cores for about a second; unlimited it would be about 1000 ms.
+    assert!(used < 500, "used {used} ms of CPU under --cpu 0.2: {r}");
+    assert_eq!(r["cpu_limit"], 0.2);
+}
+
+#[test]
+fn every_run_records_the_cpu_time_of_what_it_ran() {
+    let env = Env::new();
+    env.sh("u", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done").ok();
+    let r = resources(&env, "u");
+    assert!(r["cpu_user_ms"].as_u64().unwrap() > 0, "{r}");
+    assert!(r.get("group").is_none(), "a run without limits has no group: {r}");
+    assert!(r["max_rss"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn limits_that_cannot_be_applied_refuse_the_run_unless_try() {
+    // As an ordinary user (nobody, when the tests run as root) no group can
+    // be made here unless a cgroup v2 subtree is delegated.
+    let who = if is_root() { Who::Nobody } else { Who::Me };
+    if who == Who::Me && groups_here("limits_refused") {
+        eprintln!("skipped limits_refused: this user may make control groups");
+        return;
+    }
+    let env = Env::new();
+    let out = Out::from(runws_as(&env, who, &["run", "--memory", "64M", "--", "true"]).output().unwrap());
+    out.code(125).one_line_error().stderr_has("cannot limit the run").stderr_has("--limits=try");
+    assert!(env.run_ids().is_empty(), "a refused run created {:?}", env.run_ids());
+    let out = Out::from(
+        runws_as(&env, who, &["run", "--run-id", "t", "--limits=try", "--memory", "64M", "--", "true"])
+            .output()
+            .unwrap(),
+    );
+    out.ok().stderr_has("running without limits");
+    let r = resources(&env, "t");
+    assert!(r["missing"].as_str().unwrap().contains("control group"), "{r}");
+    assert_eq!(r["memory_limit"], 64 << 20);
+    assert!(r.get("group").is_none());
+}
+
+#[test]
+fn bad_limits_are_usage_errors() {
+    let env = Env::new();
+    for args in [
+        ["run", "--cpu", "0", "--", "true"],
+        ["run", "--cpu", "many", "--", "true"],
+        ["run", "--pids", "0", "--", "true"],
+        ["run", "--memory", "lots", "--", "true"],
+    ] {
+        env.run(&args).code(125);
+    }
+    assert!(env.run_ids().is_empty());
+}
+
+#[test]
+fn reap_kills_and_removes_the_group_a_killed_runws_left() {
+    if !groups_here("reap_group") {
+        return;
+    }
+    let env = Env::new();
+    let tag = unique_sleep();
+    let ready = env.path("ready");
+    let script = format!("setsid sleep {tag} & touch {}; sleep 60", ready.display());
+    let mut runws = env
+        .cmd(&["run", "--run-id", "k", "--lease-ttl", "200ms", "--memory", "128M", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&ready);
+    let dirs: Vec<String> = resources(&env, "k")["group_dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_string())
+        .collect();
+    assert!(!dirs.is_empty());
+    runws.kill().unwrap();
+    runws.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let out = env.run(&["reap"]);
+    out.ok().stdout_has("left in the run's control group");
+    let left = std::process::Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    assert!(left.stdout.is_empty(), "left: {}", String::from_utf8_lossy(&left.stdout));
+    for d in dirs {
+        assert!(!std::path::Path::new(&d).exists(), "{d} is left");
+    }
+}
+
+#[test]
+fn a_sandboxed_run_is_limited_too() {
+    if !groups_here("sandbox_limits") || skip(Who::Me, "sandbox_limits") {
+        return;
+    }
+    let env = Env::new();
+    let out = Out::from(
+        runws_as(
+            &env,
+            Who::Me,
+            &[
+                "run",
+                "--run-id",
+                "s",
+                "--sandbox",
+                "--memory",
+                "40M",
+                "--",
+                "python3",
+                "-c",
+                "x = bytearray(300 << 20)",
+            ],
+        )
+        .output_retrying(),
+    );
+    out.code(137);
+    assert_eq!(env.manifest("s")["status"], "oom");
+}
