@@ -39,7 +39,13 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
         }
         let name = word.strip_prefix("--")?;
         // `--sandbox` and `--sandbox=MODE` are one option.
-        let key = if name.starts_with("sandbox=") { "sandbox" } else { name };
+        let key = if name.starts_with("sandbox=") {
+            "sandbox"
+        } else if name.starts_with("limits=") {
+            "limits"
+        } else {
+            name
+        };
         if seen.contains(&key) {
             return None;
         }
@@ -79,6 +85,10 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "ping" => a.ping = Some(text(&mut words)?),
             "ping-timeout" => a.ping_timeout = dur(&mut words)?,
             "metrics-dir" => a.metrics_dir = Some(value(&mut words)?.into()),
+            "memory" => a.memory = Some(duration::parse_size(&text(&mut words)?).ok()?),
+            "pids" => a.pids = Some(number(&mut words).filter(|n| *n >= 1)?),
+            "cpu" => a.cpu = Some(crate::cgroup::parse_cores(&text(&mut words)?).ok()?),
+            "limits=on" | "limits=try" => a.limits = Some(name["limits=".len()..].into()),
             "to" => a.seal_opts.to = Some(value(&mut words)?.into()),
             "format" => a.seal_opts.format = one_of(&mut words, &crate::seal::archive::Format::NAMES)?,
             "include" => a.seal_opts.include.push(text(&mut words)?),
@@ -264,6 +274,9 @@ mod tests {
             &["run", "--timeout", "10m", "--kill-after", "5s", "--lease-ttl", "2s", "--", "x"],
             &["run", "--capture", "--cwd", "sub", "--", "x"],
             &["run", "--json-status-fd", "3", "--", "x"],
+            &["run", "--memory", "256MiB", "--pids", "64", "--cpu", "0.5", "--", "x"],
+            &["run", "--memory", "1G", "--limits=try", "--", "x"],
+            &["run", "--cpu", "2", "--limits=on", "--", "x"],
             &["run", "--worktree", ".", "--base", "main", "--", "x"],
             &["run", "--lease", "k", "--wait", "1m", "--", "x"],
             &["run", "--ping", "http://h/p", "--ping-timeout", "2s", "--metrics-dir", "m", "--", "x"],
@@ -345,6 +358,12 @@ mod tests {
             &["run", "--ro", "/a", "--", "x"],
             &["run", "--cache", "/tmp", "--", "x"],
             &["run", "--hide", "/a", "--", "x"],
+            &["run", "--pids", "0", "--", "x"],
+            &["run", "--cpu", "0", "--", "x"],
+            &["run", "--memory", "lots", "--", "x"],
+            &["run", "--limits", "try", "--", "x"],
+            &["run", "--limits=off", "--", "x"],
+            &["run", "--limits=try", "--limits=on", "--", "x"],
             &["run", "--allow-userns", "--", "x"],
             &["run", "--net", "NONE", "--sandbox", "--", "x"],
             &["run", "--kill-after", "1s", "--", "x"],

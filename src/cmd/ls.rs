@@ -27,6 +27,9 @@ struct Row {
     /// How the run's seal ended: `sealed`, `quarantined`, `not saved`, or
     /// absent when it was never sealed.
     seal: Option<String>,
+    /// Its limits and what it used (see `run --memory`), when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resources: Option<manifest::ResourcesRecord>,
 }
 
 /// The seal state of a run, as `ls` and `show` name it (`None`: never
@@ -98,6 +101,7 @@ fn row(
             Row {
                 status: shown_status(&m, now),
                 seal: seal_state(&m),
+                resources: m.resources,
                 run_id: m.run_id,
                 job: Some(m.job),
                 started_at: Some(m.started_at),
@@ -123,6 +127,7 @@ fn row(
                 exit_code: None,
                 error: Some(e_read.to_string()),
                 seal: None,
+                resources: None,
             }
         }
     })
@@ -493,9 +498,58 @@ pub fn print_manifest(m: &Manifest, dir: &Path, json: bool) -> std::io::Result<(
     for o in &m.outputs {
         writeln!(out, "output:    {} ({} bytes, sha256:{})", o.name.shown(), o.bytes, t(&o.sha256))?;
     }
+    if let Some(r) = &m.resources {
+        for line in resource_lines(r) {
+            writeln!(out, "{line}")?;
+        }
+    }
     if let Some(cut) = &m.truncated {
         let lists: Vec<String> = cut.iter().map(|(k, n)| format!("{} ({n})", t(k))).collect();
         writeln!(out, "truncated: {} (the disk was full)", lists.join(", "))?;
     }
     out.flush()
+}
+
+/// `show`'s lines on a run's limits and what it used.
+fn resource_lines(r: &manifest::ResourcesRecord) -> Vec<String> {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
+    let mut lines = Vec::new();
+    let mut limits = Vec::new();
+    if let Some(m) = r.memory_limit {
+        limits.push(format!("memory {}", mib(m)));
+    }
+    if let Some(p) = r.pids_limit {
+        limits.push(format!("{p} processes"));
+    }
+    if let Some(c) = r.cpu_limit {
+        limits.push(format!("{c} cores"));
+    }
+    if !limits.is_empty() {
+        let how = match (&r.group, &r.missing) {
+            (Some(g), _) => shown::text(g),
+            (None, Some(why)) => format!("NOT APPLIED: {}", shown::text(why)),
+            (None, None) => "not applied".into(),
+        };
+        lines.push(format!("limits:    {} ({how})", limits.join(", ")));
+    }
+    let mut used = Vec::new();
+    if let (Some(u), Some(s)) = (r.cpu_user_ms, r.cpu_system_ms) {
+        used.push(format!("cpu {u} ms user, {s} ms system"));
+    }
+    if let Some(p) = r.peak_memory {
+        used.push(format!("peak memory {}", mib(p)));
+    }
+    if let Some(p) = r.peak_pids {
+        used.push(format!("peak {p} processes"));
+    }
+    if let Some(n) = r.oom_kills.filter(|n| *n > 0) {
+        used.push(format!("{n} killed out of memory"));
+    }
+    if let Some(n) = r.killed_left {
+        used.push(format!("{n} left behind, killed"));
+    }
+    if !used.is_empty() {
+        lines.push(format!("used:      {}", used.join(", ")));
+    }
+    lines
 }

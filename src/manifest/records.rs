@@ -231,16 +231,13 @@ pub struct ResourcesRecord {
     /// The most processes the group held at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_pids: Option<u64>,
-    /// CPU time of everything the command started, in milliseconds.
+    /// CPU time of everything the command started, in milliseconds (for a
+    /// run without a group: of the processes runws waited for, which, as
+    /// their subreaper, is every process that ended before the command).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_user_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_system_ms: Option<u64>,
-    /// The largest resident set of any one process, in bytes (from the
-    /// kernel's accounting of the processes runws waited for; a run without
-    /// a group has this and the CPU times only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_rss: Option<u64>,
     /// How many processes the kernel's out-of-memory killer ended in the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_kills: Option<u64>,

@@ -307,14 +307,12 @@ fn restore_foreground(modes: Option<&Termios>) {
     }
 }
 
-/// CPU time and the largest resident set of the processes runws waited
-/// for (`getrusage(RUSAGE_CHILDREN)`): runws is the command's subreaper, so
+/// The CPU time of the processes runws waited for (`getrusage(RUSAGE_CHILDREN)`): runws is the command's subreaper, so
 /// every process of the run that ended before the command did is counted.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Used {
     user_ms: u64,
     system_ms: u64,
-    max_rss: u64,
 }
 
 impl Used {
@@ -322,12 +320,7 @@ impl Used {
         use nix::sys::resource::{UsageWho, getrusage};
         let Ok(u) = getrusage(UsageWho::RUSAGE_CHILDREN) else { return Used::default() };
         let ms = |t: nix::sys::time::TimeVal| (t.tv_sec() as u64) * 1000 + (t.tv_usec() as u64) / 1000;
-        Used {
-            user_ms: ms(u.user_time()),
-            system_ms: ms(u.system_time()),
-            // Kilobytes on Linux.
-            max_rss: (u.max_rss().max(0) as u64) * 1024,
-        }
+        Used { user_ms: ms(u.user_time()), system_ms: ms(u.system_time()) }
     }
 }
 
@@ -343,7 +336,6 @@ fn resources(
     let after = Used::now();
     r.cpu_user_ms = Some(after.user_ms.saturating_sub(before.user_ms));
     r.cpu_system_ms = Some(after.system_ms.saturating_sub(before.system_ms));
-    r.max_rss = Some(after.max_rss);
     if let Some(mut g) = group {
         let left = g.kill_all();
         let u = g.usage();

@@ -135,7 +135,6 @@ fn every_run_records_the_cpu_time_of_what_it_ran() {
     let r = resources(&env, "u");
     assert!(r["cpu_user_ms"].as_u64().unwrap() > 0, "{r}");
     assert!(r.get("group").is_none(), "a run without limits has no group: {r}");
-    assert!(r["max_rss"].as_u64().unwrap() > 0);
 }
 
 #[test]
