@@ -519,7 +519,7 @@ fn resource_lines(r: &manifest::ResourcesRecord) -> Vec<String> {
         limits.push(format!("memory {}", mib(m)));
     }
     if let Some(p) = r.pids_limit {
-        limits.push(format!("{p} processes"));
+        limits.push(format!("{p} {}", if p == 1 { "process" } else { "processes" }));
     }
     if let Some(c) = r.cpu_limit {
         limits.push(format!("{c} cores"));
@@ -540,7 +540,7 @@ fn resource_lines(r: &manifest::ResourcesRecord) -> Vec<String> {
         used.push(format!("peak memory {}", mib(p)));
     }
     if let Some(p) = r.peak_pids {
-        used.push(format!("peak {p} processes"));
+        used.push(format!("peak {p} {}", if p == 1 { "process" } else { "processes" }));
     }
     if let Some(n) = r.oom_kills.filter(|n| *n > 0) {
         used.push(format!("{n} killed out of memory"));
