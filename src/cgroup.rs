@@ -91,7 +91,27 @@ struct Mount {
     controllers: Vec<String>,
 }
 
-fn mounts() -> Vec<Mount> {
+/// The mounted hierarchies and this process's place in each, read once
+/// per process (runws never moves itself between groups).
+struct Hierarchies {
+    mounts: Vec<Mount>,
+    /// `/proc/self/cgroup`.
+    own: String,
+}
+
+fn hierarchies() -> &'static Hierarchies {
+    static READ: std::sync::OnceLock<Hierarchies> = std::sync::OnceLock::new();
+    READ.get_or_init(|| Hierarchies {
+        mounts: read_mounts(),
+        own: fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+    })
+}
+
+fn mounts() -> &'static [Mount] {
+    &hierarchies().mounts
+}
+
+fn read_mounts() -> Vec<Mount> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for line in text.lines() {
@@ -132,8 +152,7 @@ fn unescape(s: &str) -> String {
 /// This process's group in the hierarchy that holds `controller` (`""`
 /// for v2), from `/proc/self/cgroup`.
 fn own_path(controller: &str) -> Option<String> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines().find_map(|l| {
+    hierarchies().own.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
         let hit =
@@ -362,11 +381,12 @@ impl Drop for Group {
 
 fn remove_dirs(dirs: &[PathBuf]) {
     for d in dirs {
-        // A process that was just killed leaves the group a moment later.
-        for _ in 0..200 {
+        // A process that was just killed leaves the group a moment later:
+        // retry, waiting a little longer each time (about 0.4 s in all).
+        for i in 0..200u64 {
             match fs::remove_dir(d) {
                 Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
-                    std::thread::sleep(Duration::from_millis(2))
+                    std::thread::sleep(Duration::from_micros(100 * (i + 1).min(20)))
                 }
                 _ => break,
             }
