@@ -91,7 +91,13 @@ impl Guard {
     /// a `sandbox` record is served by runws over its socket; any other
     /// must count this process among its own.
     pub fn open(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Result<Guard> {
-        let (run, m) = local::locate(run_dir, run_id, root)?;
+        let (run, m) = match local::locate(run_dir, run_id, root) {
+            Ok(found) => found,
+            Err(e) => {
+                let Some((id, dir)) = local::locate_sandboxed(run_dir, run_id, root) else { return Err(e) };
+                return Ok(Guard { via: Via::Remote(Remote::at(id, dir)) });
+            }
+        };
         let via = if m.sandbox.is_some() {
             Via::Remote(Remote::new(&run))
         } else {

@@ -291,6 +291,9 @@ fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
             caches: Vec::new(),
             json: false,
             allow_userns: s.nested_userns,
+            // The backend the original asked for (`on` and `try` let runws
+            // choose, here as there).
+            backend: sandbox::mode(&s.mode).1,
         },
         Kind::Audit => sandbox::Options {
             kind: Kind::Audit,
@@ -302,6 +305,7 @@ fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
             caches: Vec::new(),
             json: false,
             allow_userns: true,
+            backend: sandbox::Choice::Namespaces,
         },
     })
 }

@@ -62,7 +62,9 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "allow-unscanned" => a.seal_opts.allow_unscanned = true,
             "allow-userns" => a.allow_userns = true,
             "sandbox" => a.sandbox = Some("on".into()),
-            "sandbox=on" | "sandbox=try" => a.sandbox = Some(name["sandbox=".len()..].into()),
+            "sandbox=on" | "sandbox=try" | "sandbox=ns" | "sandbox=landlock" => {
+                a.sandbox = Some(name["sandbox=".len()..].into())
+            }
             "run-id" => a.run_id = Some(text(&mut words)?),
             "job" => a.job = Some(text(&mut words)?),
             "env" => a.env.push(text(&mut words)?),
@@ -299,6 +301,8 @@ mod tests {
             &["run", "--sandbox", "--net", "none", "--", "/bin/true"],
             &["run", "--sandbox=try", "--net", "host", "--rw", "/a", "--ro", "/b", "--hide", "/c", "--", "x"],
             &["run", "--sandbox", "--allow-userns", "--", "x"],
+            &["run", "--sandbox=ns", "--net", "none", "--", "x"],
+            &["run", "--sandbox=landlock", "--rw", "/a", "--", "x"],
             &[
                 "run",
                 "--sandbox=on",
@@ -359,6 +363,8 @@ mod tests {
             &["run", "--cache", "/tmp", "--", "x"],
             &["run", "--hide", "/a", "--", "x"],
             &["run", "--pids", "0", "--", "x"],
+            &["run", "--sandbox=off", "--", "x"],
+            &["run", "--sandbox=ns", "--sandbox=landlock", "--", "x"],
             &["run", "--cpu", "0", "--", "x"],
             &["run", "--memory", "lots", "--", "x"],
             &["run", "--limits", "try", "--", "x"],

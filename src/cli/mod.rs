@@ -654,16 +654,17 @@ pub struct RunArgs {
     #[command(flatten)]
     pub seal_opts: SealArgs,
 
-    /// Run inside a sandbox: read-only file system, private /tmp, hidden home,
-    /// own PID namespace; refuse the run if a protection fails (`try`: run
-    /// without it and record it)
+    /// Run inside a sandbox: read-only file system, hidden home and ROOT, no
+    /// privileges; refuse the run if a protection fails (`try`: run without
+    /// it and record it). Namespaces where they work, else Landlock;
+    /// `ns` or `landlock` forces one
     #[arg(
         long,
         value_name = "MODE",
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "on",
-        value_parser = ["on", "try"]
+        value_parser = ["on", "try", "ns", "landlock"]
     )]
     pub sandbox: Option<String>,
 

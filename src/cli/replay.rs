@@ -62,7 +62,7 @@ pub struct ReplayArgs {
         num_args = 0..=1,
         require_equals = true,
         default_missing_value = "on",
-        value_parser = ["on", "try"]
+        value_parser = ["on", "try", "ns", "landlock"]
     )]
     pub sandbox: Option<String>,
 

@@ -442,18 +442,26 @@ fn print_summary(m: &Manifest, rd: &RunDir) -> std::io::Result<()> {
             manifest::sandbox::Kind::Sandbox => "sandbox",
             manifest::sandbox::Kind::Audit => "audit",
         };
+        let backend = match (sb.backend, &sb.landlock) {
+            (Some(b), Some(l)) => format!(", {} ABI {}", b.as_str(), l.abi),
+            (Some(b), None) => format!(", {}", b.as_str()),
+            (None, _) => String::new(),
+        };
         if sb.missing.is_empty() {
-            writeln!(out, "sandbox:   {kind} ({})", t(&sb.mode))?;
+            writeln!(out, "sandbox:   {kind} ({}{backend})", t(&sb.mode))?;
         } else {
             writeln!(
                 out,
-                "sandbox:   {kind} ({}), DEGRADED: {} protection(s) missing",
+                "sandbox:   {kind} ({}{backend}), DEGRADED: {} protection(s) missing",
                 t(&sb.mode),
                 sb.missing.len()
             )?;
             for miss in &sb.missing {
                 writeln!(out, "missing:   {}: {}", t(&miss.protection), t(&miss.why))?;
             }
+        }
+        if let Some(why) = &sb.chosen_because {
+            writeln!(out, "backend:   landlock, because {}", t(why))?;
         }
     }
     out.flush()

@@ -19,9 +19,10 @@ pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> any
         env_file: args.env_file.clone(),
         pass: args.pass.clone(),
         path: args.path.clone(),
-        sandbox: args.sandbox.as_deref().map(|mode| sandbox::Options {
+        sandbox: args.sandbox.as_deref().map(sandbox::mode).map(|(try_mode, backend)| sandbox::Options {
             kind: Kind::Sandbox,
-            try_mode: mode == "try",
+            try_mode,
+            backend,
             net: args.net.unwrap_or(Net::Host),
             rw: args.rw.clone(),
             ro: args.ro.clone(),

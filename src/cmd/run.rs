@@ -33,16 +33,18 @@ pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyho
         caches: Vec::new(),
         json: args.json,
         allow_userns: true,
+        backend: sandbox::Choice::Namespaces,
     };
     run_with(args.run, root, store, Box::new(Isolated::new(opts)))
 }
 
 /// The sandbox options of `run`, or `None` without `--sandbox`.
 fn sandbox_options(args: &RunArgs) -> Option<sandbox::Options> {
-    let mode = args.sandbox.as_deref()?;
+    let (try_mode, backend) = sandbox::mode(args.sandbox.as_deref()?);
     Some(sandbox::Options {
         kind: Kind::Sandbox,
-        try_mode: mode == "try",
+        try_mode,
+        backend,
         net: args.net.unwrap_or(Net::Host),
         rw: args.rw.clone(),
         ro: args.ro.clone(),

@@ -100,6 +100,21 @@ pub(crate) fn locate(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Resul
     Ok((run, m))
 }
 
+/// The sandboxed run in `run_dir`, when [`locate`] cannot open it: under
+/// the Landlock backend the command may read its own run directory but not
+/// list ROOT's `runs/`. The same checks of the id and ROOT; the directory
+/// is opened by its path, and the manifest must say the run is sandboxed
+/// (its calls then go to runws, which opens the run its own way).
+pub(crate) fn locate_sandboxed(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Option<(String, PathBuf)> {
+    workspace::check_run_id(run_id).ok()?;
+    let derived_root = Root::of_run_dir(run_dir, run_id)?;
+    if root.is_some_and(|r| r != derived_root.path()) {
+        return None;
+    }
+    let m = manifest::read(&crate::fsx::Dir::open(run_dir).ok()?).ok()?;
+    (m.run_id == run_id && m.sandbox.is_some()).then(|| (run_id.to_string(), run_dir.to_path_buf()))
+}
+
 impl Local {
     /// The run `run` (with manifest `m`, as [`locate`] found them), for this
     /// process, which must belong to it.

@@ -34,6 +34,12 @@ impl Remote {
         Remote { id: run.id.clone(), dir: run.path().to_path_buf() }
     }
 
+    /// Run `id` in `dir`, found without opening ROOT (see
+    /// `local::locate_sandboxed`).
+    pub(crate) fn at(id: String, dir: PathBuf) -> Remote {
+        Remote { id, dir }
+    }
+
     /// Sends `req` (and `body`, for `put` and `publish`) to runws.
     fn call(&self, req: &Request, body: Option<&mut dyn Read>) -> Result<(serde_json::Value, Vec<u8>)> {
         let dir = Dir::open(self.dir.join("run"))?;

@@ -66,9 +66,61 @@ pub struct SandboxRecord {
     /// sandboxed run, an empty list allowing nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_import: Option<Vec<String>>,
+    /// Which backend enforced the sandbox (records written before there
+    /// were two name none: namespaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    /// Why runws chose the backend, when the user did not name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen_because: Option<String>,
+    /// Each protection and what enforces it (`missing` lists what
+    /// `--sandbox=try` went without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enforced: Vec<Enforced>,
+    /// What this backend does not do that the other does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_covered: Vec<String>,
+    /// The Landlock backend's rules, in short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<LandlockRecord>,
     /// Fields of the record this version does not know.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `--sandbox=ns` or `--sandbox=landlock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// User, mount, PID, network and IPC namespaces.
+    Namespaces,
+    /// The Landlock LSM and the system-call filter, without namespaces.
+    Landlock,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Namespaces => "namespaces",
+            Backend::Landlock => "landlock",
+        }
+    }
+}
+
+/// One protection of a sandbox and what enforces it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforced {
+    pub protection: String,
+    pub by: String,
+}
+
+/// The Landlock backend's rules as recorded: the kernel's ABI, what was
+/// left unreadable, and what was writable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LandlockRecord {
+    pub abi: u32,
+    pub hidden: Vec<String>,
+    pub writable: Vec<String>,
 }
 
 fn allowed() -> bool {

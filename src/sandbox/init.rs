@@ -180,6 +180,16 @@ pub fn run(start: Start) -> u8 {
         return exit::FAILURE;
     };
     let job = Job { listen_fds, command: start.command, env: start.env, single, handed };
+    // The Landlock backend: no namespace and no init of its own; this
+    // process restricts itself and becomes the command.
+    if start.plan.landlock.is_some() {
+        let mut status = status;
+        if let Err(r) = status.attempt(ns::no_new_privs(&Real)) {
+            status.send(&Report::Failed(r.to_string()));
+            return exit::FAILURE;
+        }
+        exec_command(&start.plan, status, None, job, None)
+    }
     // runws forked this process straight into a new PID namespace: it is
     // PID 1 already, and runws, its parent, reads the command's status from
     // the report pipe. Otherwise it is the outer init, which makes PID 1.
@@ -541,7 +551,8 @@ fn cstr(bytes: &[u8]) -> Option<CString> {
 /// as missing when refused.
 fn filter<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<(), Refused> {
     if plan.kind == Kind::Sandbox {
-        status.attempt(k.seccomp(plan.allow_userns))?;
+        let unix_sockets_only = plan.landlock.is_some() && plan.net == Net::None;
+        status.attempt(k.seccomp(super::seccomp::Filter { allow_userns: plan.allow_userns, unix_sockets_only }))?;
     }
     Ok(())
 }
@@ -583,6 +594,11 @@ fn confine<K: Kernel>(k: &K, plan: &Plan, status: &mut Status, c: Confine<'_>) -
     }
     if plan.kind == Kind::Sandbox {
         status.attempt(ns::drop_capabilities(k)).map_err(refused)?;
+    }
+    // Landlock before the filter, which would not refuse its calls but
+    // comes last on every path.
+    if let Some(rules) = &plan.landlock {
+        status.attempt(k.landlock(rules)).map_err(refused)?;
     }
     if !c.filtered {
         filter(k, plan, status).map_err(refused)?;

@@ -3,7 +3,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::{Kind, Options, Setup};
+use super::{Backend, Choice, Kind, Options, Setup};
 use crate::child::{Ended, Outcome, Spec};
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::Manifest;
@@ -16,12 +16,31 @@ pub struct Isolated {
     /// Not as root: the user namespace made by [`Isolation::early`], which
     /// the init enters, and with `--net none` the network namespace.
     own: Option<super::ns::Own>,
+    /// Why the user namespace of [`Isolation::early`] could not be made.
+    own_failed: Option<String>,
     setup: Option<Setup>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, own: None, setup: None }
+        Isolated { opts, own: None, own_failed: None, setup: None }
+    }
+
+    /// The backend of a sandbox: the one named, or namespaces unless
+    /// something says they cannot work here and Landlock can (with why).
+    fn backend(&self) -> (Backend, Option<String>) {
+        match self.opts.backend {
+            Choice::Namespaces => (Backend::Namespaces, None),
+            Choice::Landlock => (Backend::Landlock, None),
+            Choice::Auto => {
+                let uid = nix::unistd::getuid().as_raw();
+                let why = super::ns::blocked(uid).or_else(|| self.own_failed.clone());
+                match why {
+                    Some(why) if super::landlock::abi().is_some() => (Backend::Landlock, Some(why)),
+                    _ => (Backend::Namespaces, None),
+                }
+            }
+        }
     }
 }
 
@@ -37,15 +56,38 @@ impl Isolation for Isolated {
     /// namespace and its two one-line maps exist yet: nothing of the run.
     fn early(&mut self) {
         let uid = nix::unistd::getuid().as_raw();
-        if self.opts.kind == Kind::Sandbox && uid != 0 {
+        if self.opts.kind == Kind::Sandbox && uid != 0 && self.opts.backend != Choice::Landlock {
             let gid = nix::unistd::getgid().as_raw();
-            self.own = super::ns::own_user_namespace(uid, gid, self.opts.net == super::Net::None).ok();
+            match super::ns::own_user_namespace(uid, gid, self.opts.net == super::Net::None) {
+                Ok(own) => self.own = Some(own),
+                Err(e) => self.own_failed = Some(e.to_string()),
+            }
         }
     }
 
     /// The child executes the sandbox's init, which runs the command.
     fn prepare(&mut self, at: &Preparing<'_>, spec: &mut Spec, m: &mut Manifest) -> Result<()> {
         let mut opts = self.opts.clone();
+        if opts.kind == Kind::Sandbox
+            && let (Backend::Landlock, why) = self.backend()
+        {
+            if let Some(why) = &why {
+                eprintln!("runws: sandbox: namespaces cannot be used here ({why}); using Landlock");
+            }
+            if at.worktree.is_some() {
+                return Err(Error::Usage(
+                    "--worktree with the Landlock sandbox is not supported yet (it needs the namespace backend)"
+                        .into(),
+                ));
+            }
+            self.own = None;
+            let setup = super::prepare_landlock(&opts, spec, at.run, at.root, at.exe, why, m)?;
+            if let Some(rec) = m.sandbox.as_mut() {
+                rec.allow_import = Some(at.allow_import.to_vec());
+            }
+            self.setup = Some(setup);
+            return Ok(());
+        }
         let sandboxed_worktree = at.worktree.filter(|_| opts.kind == Kind::Sandbox);
         // A sandboxed run's worktree commits into the repository's shared
         // object store, refs and logs: those stay writable.

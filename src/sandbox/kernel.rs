@@ -92,7 +92,10 @@ pub trait Kernel {
     /// `close_range(2)` from `first` up, with `CLOSE_RANGE_CLOEXEC`.
     fn cloexec_from(&self, first: u32) -> io::Result<()>;
     /// Installs the sandbox's system-call filter (see `seccomp`).
-    fn seccomp(&self, allow_userns: bool) -> Result<(), Refused>;
+    fn seccomp(&self, filter: super::seccomp::Filter) -> Result<(), Refused>;
+    /// Enforces the Landlock backend's rules on this process (see
+    /// `landlock`).
+    fn landlock(&self, rules: &super::landlock::Rules) -> Result<(), Refused>;
     /// `chroot(2)`.
     fn chroot(&self, path: &Path) -> nix::Result<()>;
     /// `chdir(2)`.
@@ -241,8 +244,12 @@ impl Kernel for Real {
         sys::ns::cloexec_from(first)
     }
 
-    fn seccomp(&self, allow_userns: bool) -> Result<(), Refused> {
-        super::seccomp::install(allow_userns)
+    fn seccomp(&self, filter: super::seccomp::Filter) -> Result<(), Refused> {
+        super::seccomp::install(filter)
+    }
+
+    fn landlock(&self, rules: &super::landlock::Rules) -> Result<(), Refused> {
+        super::landlock::enforce(rules)
     }
 
     fn chroot(&self, path: &Path) -> nix::Result<()> {

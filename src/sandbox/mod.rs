@@ -49,6 +49,7 @@ pub mod broker;
 pub mod init;
 mod isolated;
 mod kernel;
+pub mod landlock;
 pub mod mounts;
 pub mod ns;
 mod plan;
@@ -62,9 +63,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::manifest::sandbox::{Kind, Missing, Net, SandboxRecord as Record};
+pub use crate::manifest::sandbox::{
+    Backend, Enforced, Kind, LandlockRecord, Missing, Net, SandboxRecord as Record,
+};
 pub use isolated::Isolated;
-pub use plan::{Options, prepare};
+pub use plan::{Choice, Options, mode, prepare, prepare_landlock};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
@@ -111,6 +114,10 @@ pub struct Plan {
     /// descriptor); see [`crate::child::Watch::ended`].
     #[serde(default)]
     pub report_fd: Option<i32>,
+    /// The Landlock backend: the rules the command's process enforces on
+    /// itself, in place of every namespace and mount above.
+    #[serde(default)]
+    pub landlock: Option<landlock::Rules>,
 }
 
 /// See [`Plan::unprivileged`].

@@ -324,3 +324,39 @@ impl NetworkNamespace {
 
 #[cfg(test)]
 mod tests;
+
+/// Why namespaces cannot make a sandbox here, when that is known without
+/// trying: a limit of zero user namespaces, a root without
+/// `CAP_SYS_ADMIN` (a container's default), or, not as root, a kernel or
+/// AppArmor policy against unprivileged user namespaces. `None` when
+/// nothing says so (making them may still fail).
+pub fn blocked(uid: u32) -> Option<String> {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return Some("user namespaces are switched off (user.max_user_namespaces is 0)".into());
+    }
+    if uid == 0 {
+        const CAP_SYS_ADMIN: u32 = 21;
+        let eff = read("/proc/self/status").and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("CapEff:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
+        });
+        if eff.is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) == 0) {
+            return Some("runws is root without CAP_SYS_ADMIN (a container's default), which namespaces need".into());
+        }
+        return None;
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        return Some("unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone is 0)".into());
+    }
+    let confined = read("/proc/self/attr/apparmor/current").or_else(|| read("/proc/self/attr/current"));
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+        && confined.as_deref().is_none_or(|c| c == "unconfined")
+    {
+        return Some(
+            "AppArmor gives unprivileged user namespaces no capabilities \
+             (kernel.apparmor_restrict_unprivileged_userns is 1)"
+                .into(),
+        );
+    }
+    None
+}

@@ -24,7 +24,7 @@
 //! refused with exit 125 instead of silently protecting nothing.
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use crate::child::{self, Spec};
@@ -50,6 +50,39 @@ pub struct Options {
     pub json: bool,
     /// `--allow-userns`: the command may create user namespaces.
     pub allow_userns: bool,
+    /// Which backend: `--sandbox=ns`, `--sandbox=landlock`, or the
+    /// strongest that works here.
+    pub backend: Choice,
+}
+
+/// `--sandbox=MODE`: whether a failed protection refuses the run, and
+/// which backend.
+pub fn mode(mode: &str) -> (bool, Choice) {
+    match mode {
+        "try" => (true, Choice::Auto),
+        "ns" => (false, Choice::Namespaces),
+        "landlock" => (false, Choice::Landlock),
+        _ => (false, Choice::Auto),
+    }
+}
+
+/// The mode's name as `--sandbox=MODE` gives it, for the record.
+pub fn mode_name(opts: &Options) -> &'static str {
+    match (opts.try_mode, opts.backend) {
+        (true, _) => "try",
+        (false, Choice::Auto) => "on",
+        (false, Choice::Namespaces) => "ns",
+        (false, Choice::Landlock) => "landlock",
+    }
+}
+
+/// The backend a sandbox was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Namespaces where they work, else Landlock.
+    Auto,
+    Namespaces,
+    Landlock,
 }
 
 fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
@@ -419,47 +452,10 @@ pub fn prepare(
         own_userns_fd: own_userns.as_ref().map(|fd| fd.as_raw_fd()),
         net_fd: net.as_ref().map(|fd| fd.as_raw_fd()),
         report_fd: Some(report_raw),
+        landlock: None,
     };
-    let (status_r, status_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
-    let status_w = child::high_fd(status_w)?;
-    let plan_fd = child::high_fd(plan_file(&plan)?)?;
-    // The init runs in the forked child itself when it can (no exec of
-    // runws), or else as `runws __sandbox-init` reading the plan from its fd.
-    // Not when the init must make its user namespace: the forked child is a
-    // copy of runws, which stays non-dumpable so that nobody reads the
-    // secrets of its memory and environment, and a non-dumpable process
-    // cannot write its own uid_map; runws made it early instead when it
-    // could (`own_userns`), and the child enters it. Not for an audit
-    // either: its command keeps every capability, and with them could read
-    // that memory anyway.
-    let mut env: Vec<(OsString, OsString)> =
-        spec.env.iter().map(|(k, v)| (OsString::from(k), v.clone())).collect();
-    if !spec.listen.is_empty() {
-        // Set to the command's own pid by the init, as LISTEN_PID must be.
-        env.push(("LISTEN_PID".into(), OsString::new()));
-    }
-    let (status_raw, plan_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd());
-    let (command, init_plan) = (spec.argv.clone(), plan.clone());
     let in_process = opts.kind == Kind::Sandbox && (uid == 0 || own_userns.is_some());
-    spec.in_process = in_process.then(|| -> Box<dyn FnOnce() -> u8> {
-        Box::new(move || {
-            // In the forked child these descriptors are the init's alone: the
-            // plan's copy is not needed, the status and report pipes are
-            // handed to it.
-            let _ = nix::unistd::close(plan_raw);
-            let (Some(status), report) =
-                (crate::sys::fd::claim_inherited(status_raw), crate::sys::fd::claim_inherited(report_raw))
-            else {
-                return crate::exit::FAILURE;
-            };
-            super::init::run(super::init::Start { status, plan: init_plan, command, env, report })
-        })
-    });
-    let original_program = std::mem::replace(&mut spec.program, exe.clone());
-    spec.argv = init_argv(&exe, status_raw, plan_raw, &spec.argv);
-    spec.keep.push(status_w);
-    spec.keep.push(plan_fd);
+    let (status_r, original_program) = hand_to_init(spec, &exe, &plan, in_process)?;
     spec.keep.extend(userns);
     spec.keep.extend(own_userns);
     spec.keep.extend(net);
@@ -474,7 +470,7 @@ pub fn prepare(
 
     let record = Record {
         kind: opts.kind,
-        mode: if opts.try_mode { "try".into() } else { "on".into() },
+        mode: mode_name(opts).into(),
         net: opts.net,
         user_namespace: uid != 0,
         rw: opts.rw.iter().map(|p| p.display().to_string()).collect(),
@@ -485,6 +481,11 @@ pub fn prepare(
         host_ids,
         missing: Vec::new(),
         allow_import: None,
+        backend: (opts.kind == Kind::Sandbox).then_some(super::Backend::Namespaces),
+        chosen_because: None,
+        enforced: if opts.kind == Kind::Sandbox { namespace_protections(opts.net) } else { Vec::new() },
+        not_covered: Vec::new(),
+        landlock: None,
         extra: Default::default(),
     };
     // A path JSON cannot hold refuses the run here, not at a later write.
@@ -511,6 +512,225 @@ pub fn prepare(
         missing,
         git_common: None,
     })
+}
+
+
+/// The Landlock backend's side of [`prepare`]: no namespace, no mount; the
+/// rules the command's process enforces on itself (see
+/// [`super::landlock`]), and the run recorded as such. `why` says why the
+/// backend was chosen when the user did not name it.
+pub fn prepare_landlock(
+    opts: &Options,
+    spec: &mut Spec,
+    run: &RunDir,
+    root: &Path,
+    exe: &Path,
+    why: Option<String>,
+    m: &mut Manifest,
+) -> Result<Setup> {
+    use super::landlock;
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
+    let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
+    let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
+    let program = std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone());
+    let base = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+    let abi = landlock::abi();
+    let (enforced, gaps) = landlock::protections(abi, opts.net == Net::None);
+    let mut missing = Vec::new();
+    for gap in gaps {
+        if !opts.try_mode {
+            return Err(Error::Sandbox(format!("{gap} (--sandbox=try runs without it)")));
+        }
+        missing.push(super::Missing { protection: gap.protection.to_string(), why: gap.why });
+    }
+    let mut hidden: Vec<PathBuf> = homes(uid);
+    hidden.push(root.clone());
+    if uid == 0 {
+        hidden.extend(landlock::ROOT_SECRETS.iter().map(PathBuf::from).filter(|p| p.exists()));
+    }
+    let mut named: Vec<(PathBuf, &str)> = Vec::new();
+    for p in &opts.hide {
+        let c = canonical(p, "--hide", &base)?;
+        hidden.push(c.clone());
+        named.push((c, "--hide"));
+    }
+    let mut granted = vec![run_dir.clone(), exe.clone(), program];
+    for p in &opts.ro {
+        let c = canonical(p, "--ro", &base)?;
+        granted.push(c.clone());
+        named.push((c, "--ro"));
+    }
+    let mut write: Vec<PathBuf> = EVIDENCE
+        .iter()
+        .chain(SCRATCH.iter())
+        .map(|sub| run_dir.join(sub))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+        .collect();
+    for p in &opts.rw {
+        let c = canonical(p, "--rw", &base)?;
+        write.push(c.clone());
+        named.push((c, "--rw"));
+    }
+    for c in caches(opts, &base)? {
+        if c.target != c.dir {
+            return Err(Error::Usage(format!(
+                "--cache `{}:{}`: the Landlock backend cannot show a directory at another path                  (give --cache `{}`, or use --sandbox=ns)",
+                c.dir.display(),
+                c.target.display(),
+                c.dir.display()
+            )));
+        }
+        write.push(c.dir);
+    }
+    for (i, (a, flag)) in named.iter().enumerate() {
+        if named[..i].iter().any(|(b, _)| b == a) {
+            return Err(Error::Usage(format!(
+                "`{}` is named by more than one of --rw, --ro and --hide",
+                a.display()
+            )));
+        }
+        // Landlock only adds access: what lies inside a writable path stays
+        // writable, whatever a narrower flag says.
+        if *flag != "--rw"
+            && let Some(w) = write.iter().find(|w| a.starts_with(w) && *w != a)
+        {
+            return Err(Error::Usage(format!(
+                "{flag} `{}` lies inside the writable `{}`: the Landlock backend cannot take access                  back below a granted path (use --sandbox=ns)",
+                a.display(),
+                w.display()
+            )));
+        }
+    }
+    let rules = landlock::rules(&hidden, &granted, &write, opts.net == Net::None);
+    let plan = Plan {
+        kind: Kind::Sandbox,
+        try_mode: opts.try_mode,
+        net: opts.net,
+        user_namespace: false,
+        uid,
+        gid,
+        runws_pid: std::process::id() as i32,
+        program: spec.program.clone(),
+        cwd: spec.cwd.clone(),
+        run_dir: run_dir.clone(),
+        mounts: Vec::new(),
+        allow_userns: opts.allow_userns,
+        unprivileged: None,
+        own_userns_fd: None,
+        net_fd: None,
+        report_fd: None,
+        landlock: Some(rules.clone()),
+    };
+    let (status_r, original_program) = hand_to_init(spec, &exe, &plan, true)?;
+    let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    hidden.sort();
+    hidden.dedup();
+    let record = Record {
+        kind: Kind::Sandbox,
+        mode: mode_name(opts).into(),
+        net: opts.net,
+        user_namespace: false,
+        rw: opts.rw.iter().map(|p| p.display().to_string()).collect(),
+        ro: opts.ro.iter().map(|p| p.display().to_string()).collect(),
+        hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
+        layout: Vec::new(),
+        nested_userns: opts.allow_userns,
+        host_ids: None,
+        missing: Vec::new(),
+        allow_import: None,
+        backend: Some(super::Backend::Landlock),
+        chosen_because: why,
+        enforced: enforced.into_iter().map(|(protection, by)| super::Enforced { protection, by }).collect(),
+        not_covered: landlock::NOT_COVERED.iter().map(|s| s.to_string()).collect(),
+        landlock: Some(super::LandlockRecord {
+            abi: abi.unwrap_or(0),
+            hidden: shown(&hidden),
+            writable: shown(&rules.write),
+        }),
+        extra: Default::default(),
+    };
+    serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?;
+    m.sandbox = Some(record);
+    let mut cache_locks = Vec::new();
+    for c in caches(opts, &base)? {
+        cache_locks.push(crate::cache::lock(&c.dir, false)?);
+    }
+    let broker = broker::Server::bind(run)?;
+    Ok(Setup {
+        _cache_locks: cache_locks,
+        kind: Kind::Sandbox,
+        status: Some(status_r),
+        report: None,
+        reported: std::cell::Cell::new(None),
+        broker: Some(broker),
+        program: original_program,
+        json: opts.json,
+        missing,
+        git_common: None,
+    })
+}
+
+/// What enforces each protection of the namespace backend, for the record.
+fn namespace_protections(net: Net) -> Vec<super::Enforced> {
+    let e = |p: &str, by: &str| super::Enforced { protection: p.into(), by: by.into() };
+    let mut out = vec![
+        e("file system: writes only to the run's directories and --rw", "mount namespace (read-only binds)"),
+        e("file system: the homes, ROOT and --hide unreadable", "mount namespace (empty tmpfs over them)"),
+        e("a private /tmp, /var/tmp and /dev/shm", "mount namespace (tmpfs)"),
+        e("other processes invisible, everything killed at the end", "PID namespace"),
+    ];
+    if net == Net::None {
+        out.push(e("network: loopback only, host unix sockets hidden", "network namespace"));
+    }
+    out.push(e("no privileges: no capabilities, no new privileges", "user namespace and prctl"));
+    out.push(e("system calls", "seccomp"));
+    out
+}
+
+/// Rewrites `spec` so the child runs the sandbox's init with `plan`, which
+/// then executes the command: in the forked child itself when `in_process`
+/// (no exec of runws), or else as `runws __sandbox-init` reading the plan
+/// from its descriptor. Not in process when the init must make its user
+/// namespace: the forked child is a copy of runws, which stays non-dumpable
+/// so that nobody reads the secrets of its memory and environment, and a
+/// non-dumpable process cannot write its own uid_map; runws made it early
+/// instead when it could, and the child enters it. Not for an audit either:
+/// its command keeps every capability, and with them could read that
+/// memory anyway. Returns the status pipe's reading end and the command's
+/// program.
+fn hand_to_init(spec: &mut Spec, exe: &Path, plan: &Plan, in_process: bool) -> Result<(OwnedFd, PathBuf)> {
+    let (status_r, status_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
+    let status_w = child::high_fd(status_w)?;
+    let plan_fd = child::high_fd(plan_file(plan)?)?;
+    let mut env: Vec<(OsString, OsString)> =
+        spec.env.iter().map(|(k, v)| (OsString::from(k), v.clone())).collect();
+    if !spec.listen.is_empty() {
+        // Set to the command's own pid by the init, as LISTEN_PID must be.
+        env.push(("LISTEN_PID".into(), OsString::new()));
+    }
+    let (status_raw, plan_raw, report_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd(), plan.report_fd);
+    let (command, init_plan) = (spec.argv.clone(), plan.clone());
+    spec.in_process = in_process.then(|| -> Box<dyn FnOnce() -> u8> {
+        Box::new(move || {
+            // In the forked child these descriptors are the init's alone: the
+            // plan's copy is not needed, the status and report pipes are
+            // handed to it.
+            let _ = nix::unistd::close(plan_raw);
+            let report = report_raw.and_then(crate::sys::fd::claim_inherited);
+            let Some(status) = crate::sys::fd::claim_inherited(status_raw) else {
+                return crate::exit::FAILURE;
+            };
+            super::init::run(super::init::Start { status, plan: init_plan, command, env, report })
+        })
+    });
+    let original_program = std::mem::replace(&mut spec.program, exe.to_path_buf());
+    spec.argv = init_argv(exe, status_raw, plan_raw, &spec.argv);
+    spec.keep.push(status_w);
+    spec.keep.push(plan_fd);
+    Ok((status_r, original_program))
 }
 
 #[cfg(test)]

@@ -93,6 +93,10 @@ struct Abi {
     fchmodat2: u32,
     io_uring: [u32; 3],
     keys: [u32; 3],
+    socket: u32,
+    /// i386's multiplexer of every socket call, whose arguments live in
+    /// memory a filter cannot read.
+    socketcall: Option<u32>,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -115,6 +119,8 @@ const ABIS: &[Abi] = &[
         fchmodat2: 452,
         io_uring: [425, 426, 427],
         keys: [248, 249, 250],
+        socket: 41,
+        socketcall: None,
     },
     Abi {
         arch: AUDIT_ARCH_I386,
@@ -134,6 +140,8 @@ const ABIS: &[Abi] = &[
         fchmodat2: 452,
         io_uring: [425, 426, 427],
         keys: [286, 287, 288],
+        socket: 359,
+        socketcall: Some(102),
     },
 ];
 #[cfg(target_arch = "aarch64")]
@@ -155,6 +163,8 @@ const ABIS: &[Abi] = &[Abi {
     fchmodat2: 452,
     io_uring: [425, 426, 427],
     keys: [217, 218, 219],
+    socket: 198,
+    socketcall: None,
 }];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const ABIS: &[Abi] = &[];
@@ -171,13 +181,28 @@ enum Rule {
     AnyBit { nr: u32, arg: u32, mask: u32, errno: i32 },
     /// When argument `arg` equals one of `values`.
     OneOf { nr: u32, arg: u32, values: &'static [u32], errno: i32 },
+    /// When argument `arg` is anything but `value`.
+    Not { nr: u32, arg: u32, value: u32, errno: i32 },
     /// When argument `flags` has a bit of `flags_mask` and `mode` a bit of
     /// `mode_mask`.
     Both { nr: u32, flags: u32, flags_mask: u32, mode: u32, mode_mask: u32, errno: i32 },
 }
 
-fn rules(abi: &Abi, allow_userns: bool) -> Vec<Rule> {
+/// What the filter refuses besides what it always refuses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// `--allow-userns`: nested user namespaces are allowed.
+    pub allow_userns: bool,
+    /// The Landlock backend's `--net none`: no socket but a unix one (no
+    /// network namespace stands behind it). `socket` with another family
+    /// fails with `EAFNOSUPPORT`; i386's `socketcall` with `ENOSYS`, so
+    /// 32-bit programs use `socket` itself.
+    pub unix_sockets_only: bool,
+}
+
+fn rules(abi: &Abi, filter: Filter) -> Vec<Rule> {
     use Rule::*;
+    let allow_userns = filter.allow_userns;
     let (eperm, enosys) = (libc::EPERM, libc::ENOSYS);
     let set_id = |nr: u32, arg: u32| AnyBit { nr, arg, mask: SET_ID_BITS, errno: eperm };
     let mut out = vec![OneOf { nr: abi.ioctl, arg: 1, values: &[TIOCSTI, TIOCLINUX], errno: eperm }];
@@ -210,6 +235,10 @@ fn rules(abi: &Abi, allow_userns: bool) -> Vec<Rule> {
     // Keyrings are not namespaced: the session keyring runws was started in
     // (and the user keyring linked to it) would be readable.
     out.extend(abi.keys.iter().map(|&nr| Always(nr, eperm)));
+    if filter.unix_sockets_only {
+        out.push(Not { nr: abi.socket, arg: 0, value: libc::AF_UNIX as u32, errno: libc::EAFNOSUPPORT });
+        out.extend(abi.socketcall.map(|nr| Always(nr, enosys)));
+    }
     out
 }
 
@@ -292,6 +321,11 @@ impl Block {
                 self.ops.push(Op::Goto(allow));
                 e
             }
+            Rule::Not { arg: a, value, errno: e, .. } => {
+                self.ops.push(Op::Load(arg(a)));
+                self.ops.push(Op::Jump { code: JEQ_K, k: value, t: allow, f: refuse });
+                e
+            }
             Rule::Both { flags, flags_mask, mode, mode_mask, errno: e, .. } => {
                 let check_mode = self.label();
                 self.ops.push(Op::Load(arg(flags)));
@@ -336,7 +370,11 @@ impl Block {
 
 fn nr_of(rule: &Rule) -> u32 {
     match *rule {
-        Rule::Always(nr, _) | Rule::AnyBit { nr, .. } | Rule::OneOf { nr, .. } | Rule::Both { nr, .. } => nr,
+        Rule::Always(nr, _)
+        | Rule::AnyBit { nr, .. }
+        | Rule::OneOf { nr, .. }
+        | Rule::Not { nr, .. }
+        | Rule::Both { nr, .. } => nr,
     }
 }
 
@@ -385,7 +423,7 @@ fn assemble(ops: &[Op]) -> Vec<Insn> {
 /// The filter program: per ABI, a block entered only for that ABI's
 /// audit arch: load the call number, search it among the calls the rules
 /// name, run that call's test; every other call is allowed.
-fn program(allow_userns: bool) -> Vec<Insn> {
+fn program(filter: Filter) -> Vec<Insn> {
     let mut out = Vec::new();
     for abi in ABIS {
         let mut b = Block { ops: Vec::new(), labels: 0 };
@@ -399,7 +437,7 @@ fn program(allow_userns: bool) -> Vec<Insn> {
             b.ops.push(Op::Ret(errno(libc::ENOSYS)));
             b.at(native);
         }
-        let mut rules = rules(abi, allow_userns);
+        let mut rules = rules(abi, filter);
         rules.sort_by_key(nr_of);
         let targets: Vec<(u32, usize)> = rules.iter().map(|r| (nr_of(r), b.label())).collect();
         let allow = b.label();
@@ -423,11 +461,11 @@ fn program(allow_userns: bool) -> Vec<Insn> {
 
 /// Installs the filter on this process (and, through inheritance, on
 /// everything it executes). `PR_SET_NO_NEW_PRIVS` must already be set.
-pub fn install(allow_userns: bool) -> Result<(), Refused> {
+pub fn install(filter: Filter) -> Result<(), Refused> {
     if ABIS.is_empty() {
         return Err(Refused::new(P, "no filter is defined for this architecture"));
     }
-    let prog = program(allow_userns);
+    let prog = program(filter);
     crate::sys::ns::install_seccomp_filter(&prog)
         .map_err(|e| Refused::new(P, format!("prctl(PR_SET_SECCOMP): {e}")))
 }
@@ -439,8 +477,8 @@ mod tests {
     /// Every jump lands inside the program and it ends in a return.
     #[test]
     fn jumps_stay_inside_the_program() {
-        for allow in [false, true] {
-            let p = program(allow);
+        for f in filters() {
+            let p = program(f);
             assert!(p.len() < u16::MAX as usize);
             for (i, insn) in p.iter().enumerate() {
                 if insn.code == JA {
@@ -451,6 +489,32 @@ mod tests {
                 }
             }
             assert_eq!(p.last().unwrap().code, RET_K);
+        }
+    }
+
+    fn filters() -> [Filter; 3] {
+        [
+            Filter::default(),
+            Filter { allow_userns: true, ..Filter::default() },
+            Filter { allow_userns: false, unix_sockets_only: true },
+        ]
+    }
+
+    /// Without a network namespace behind `--net none`, only unix sockets.
+    #[test]
+    fn unix_sockets_only_refuses_every_other_family() {
+        let only = program(Filter { allow_userns: false, unix_sockets_only: true });
+        let open = program(Filter::default());
+        let refused = errno(libc::EAFNOSUPPORT);
+        for abi in ABIS {
+            assert_eq!(verdict(&only, abi.arch, abi.socket, [1, 1, 0, 0]), RET_ALLOW, "AF_UNIX");
+            for family in [2u32, 10, 16, 17, 0x1_0001] {
+                assert_eq!(verdict(&only, abi.arch, abi.socket, [family, 1, 0, 0]), refused, "family {family}");
+                assert_eq!(verdict(&open, abi.arch, abi.socket, [family, 1, 0, 0]), RET_ALLOW);
+            }
+            if let Some(nr) = abi.socketcall {
+                assert_eq!(verdict(&only, abi.arch, nr, [1, 0, 0, 0]), errno(libc::ENOSYS));
+            }
         }
     }
 
@@ -494,10 +558,10 @@ mod tests {
     /// filter once per call number when it is installed).
     #[test]
     fn other_calls_are_allowed_quickly() {
-        for allow in [false, true] {
-            let p = program(allow);
+        for f in filters() {
+            let p = program(f);
             for abi in ABIS {
-                let named: Vec<u32> = rules(abi, allow).iter().map(nr_of).collect();
+                let named: Vec<u32> = rules(abi, f).iter().map(nr_of).collect();
                 for nr in 0..600 {
                     let (v, steps) = run(&p, abi.arch, nr, [u32::MAX; 4]);
                     assert!(steps <= 16, "call {nr} takes {steps} instructions");
@@ -513,7 +577,7 @@ mod tests {
     fn the_rules_refuse_what_they_name_and_nothing_else() {
         let (eperm, enosys) = (errno(libc::EPERM), errno(libc::ENOSYS));
         for abi in ABIS {
-            let strict = program(false);
+            let strict = program(Filter::default());
             let v = |nr, args| verdict(&strict, abi.arch, nr, args);
             assert_eq!(v(abi.unshare, [CLONE_NEWUSER, 0, 0, 0]), eperm);
             assert_eq!(v(abi.unshare, [CLONE_NEWUSER | 0x20000, 0, 0, 0]), eperm);
@@ -549,12 +613,12 @@ mod tests {
                 assert_eq!(v(creat, [0, 0o755, 0, 0]), RET_ALLOW);
             }
             assert_eq!(v(0, [0; 4]), RET_ALLOW);
-            let relaxed = program(true);
+            let relaxed = program(Filter { allow_userns: true, ..Filter::default() });
             assert_eq!(verdict(&relaxed, abi.arch, abi.unshare, [CLONE_NEWUSER, 0, 0, 0]), RET_ALLOW);
             assert_eq!(verdict(&relaxed, abi.arch, abi.ioctl, [0, TIOCSTI, 0, 0]), eperm);
             assert_eq!(verdict(&relaxed, abi.arch, abi.fchmod, [3, 0o4755, 0, 0]), eperm);
         }
-        let strict = program(false);
+        let strict = program(Filter::default());
         assert_eq!(verdict(&strict, 0x1234, 0, [0; 4]), RET_KILL_PROCESS);
         #[cfg(target_arch = "x86_64")]
         assert_eq!(verdict(&strict, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 272, [0; 4]), enosys);

@@ -239,3 +239,19 @@ pub fn set_interface_flags(sock: &OwnedFd, name: &str, flags: libc::c_short) -> 
     }
     Ok(())
 }
+
+/// The Landlock ABI version the running kernel offers, or `None` where it
+/// has none (not built in, or not enabled at boot).
+pub fn landlock_abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with the VERSION flag, landlock_create_ruleset reads no memory (a null attribute pointer and size 0 are what the kernel requires) and creates no descriptor; it returns the ABI version or -1.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(v).ok().filter(|v| *v > 0)
+}

@@ -321,9 +321,20 @@ impl Kernel for Fake {
         self.call(format!("close_range {first}.. cloexec")).map_err(io_err)
     }
 
-    fn seccomp(&self, allow_userns: bool) -> Result<(), Refused> {
-        let line = if allow_userns { "seccomp allow_userns" } else { "seccomp" };
-        self.call(line.into())
+    fn landlock(&self, rules: &crate::sandbox::landlock::Rules) -> Result<(), Refused> {
+        let line = format!("landlock read {} write {} deny_tcp {}", rules.read.len(), rules.write.len(), rules.deny_tcp);
+        self.call(line).map_err(|e| Refused::new("Landlock", io_err(e).to_string()))
+    }
+
+    fn seccomp(&self, filter: crate::sandbox::seccomp::Filter) -> Result<(), Refused> {
+        let mut line = String::from("seccomp");
+        if filter.allow_userns {
+            line.push_str(" allow_userns");
+        }
+        if filter.unix_sockets_only {
+            line.push_str(" unix_only");
+        }
+        self.call(line)
             .map_err(|e| Refused::new("system-call filter", format!("prctl(PR_SET_SECCOMP): {}", io_err(e))))
     }
 

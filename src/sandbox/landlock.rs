@@ -1,0 +1,261 @@
+//! The Landlock backend of `--sandbox`: where user namespaces are blocked
+//! (an AppArmor policy, a container's seccomp profile,
+//! `user.max_user_namespaces=0`), the kernel's Landlock LSM confines the
+//! command without any namespace or privilege.
+//!
+//! runws computes the rules before the fork ([`rules`]): what the command
+//! may read (and execute), what it may write, which devices it may use,
+//! and whether TCP is denied. The command's process enforces them on itself
+//! right before its `execve` ([`enforce`]), after dropping every capability
+//! and setting no-new-privileges; everything it starts inherits them.
+//!
+//! Landlock grants access beneath a path, never removes it below a granted
+//! one, so a hidden path (the homes, ROOT, `--hide`) cannot be carved out
+//! of a rule on `/`: instead every *sibling* hierarchy on the way down to
+//! it is granted, and the hidden path and its ancestors are not (so `ls /`
+//! fails, while every path below a sibling reads as usual). What a hidden
+//! path holds that the run needs (its own run directory, the command, the
+//! runws binary, `--ro`/`--rw` paths) is granted again on its own. Paths
+//! are listed when the run starts: a top-level entry made later is not
+//! readable.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::refused::Refused;
+
+/// The highest ABI whose rights runws asks for: a newer kernel's rights
+/// (ABI 8 and later add rights such as resolving a unix socket's path,
+/// which the guard's socket needs) are left unhandled until runws is
+/// tested with them.
+const ABI: ::landlock::ABI = ::landlock::ABI::V7;
+
+/// What the command may do, as paths (resolved, symlinks followed) and
+/// switches; computed by runws, enforced by the command's process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rules {
+    /// Read and execute beneath each.
+    pub read: Vec<PathBuf>,
+    /// Everything beneath each: create, write, remove, rename.
+    pub write: Vec<PathBuf>,
+    /// Device files (and `/dev/pts`) the command may open for reading,
+    /// writing and ioctls.
+    pub devices: Vec<PathBuf>,
+    /// `--net none`: no TCP bind or connect (ABI 4 and later; the system-call
+    /// filter refuses every socket but a unix one on any ABI).
+    pub deny_tcp: bool,
+}
+
+/// The devices a command needs (the namespace backend's private `/dev`
+/// holds the same ones); every other device, a disk among them, stays out
+/// of reach, which matters as root.
+pub const DEVICES: [&str; 8] =
+    ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+
+/// Files only root may read that a root command (uid 0 without
+/// capabilities, so still the owner by file permissions) must not: hidden
+/// as root on top of the homes and ROOT.
+pub const ROOT_SECRETS: [&str; 6] =
+    ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers", "/etc/ssh"];
+
+/// What the Landlock backend does not do that the namespace backend does;
+/// recorded with every Landlock run and listed in the README.
+pub const NOT_COVERED: [&str; 5] = [
+    "other processes are visible in /proc (their details stay unreadable: Landlock refuses ptrace-like access across the run's boundary)",
+    "/tmp, /var/tmp and /dev/shm are the host's, readable and not writable; TMPDIR is the run's tmp/",
+    "no PID 1 of its own: processes the command leaves behind are reaped by runws, as for a plain run, and not killed at its end",
+    "the host's file-system unix sockets can be connected to (Landlock ABI 9 restricts that; runws asks for ABI 7)",
+    "with --net none, loopback too is closed: the run's ports cannot be used",
+];
+
+/// The kernel's Landlock ABI, or `None` without Landlock.
+pub fn abi() -> Option<u32> {
+    crate::sys::ns::landlock_abi()
+}
+
+/// The rules of a run: everything but `hidden` (and `/dev`, but for
+/// [`DEVICES`]) readable, `granted` readable again inside them, `write`
+/// writable. Every path is resolved; one that does not exist is left out.
+pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tcp: bool) -> Rules {
+    let canon = |p: &PathBuf| std::fs::canonicalize(p).ok();
+    let mut hidden: Vec<PathBuf> = hidden.iter().filter_map(canon).collect();
+    // `/dev` is hidden but for the devices granted below.
+    hidden.push(PathBuf::from("/dev"));
+    hidden.retain(|h| h != Path::new("/"));
+    let mut read = Vec::new();
+    readable(Path::new("/"), &hidden, &mut read);
+    for g in granted.iter().chain(write).filter_map(canon) {
+        if !read.iter().any(|r| g.starts_with(r)) {
+            read.push(g);
+        }
+    }
+    let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
+    let mut writable: Vec<PathBuf> = write.iter().filter_map(canon).collect();
+    writable.dedup();
+    Rules { read, write: writable, devices, deny_tcp }
+}
+
+/// Adds to `out` every hierarchy under `dir` that holds no hidden path:
+/// `dir` itself when none is below it, else each entry but the hidden ones,
+/// going down into those that hold one. A symlink is followed to what it
+/// names; one that leads into or above a hidden path grants nothing (its
+/// target, where readable, is granted by its own name).
+fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+    let above_hidden = |p: &Path| hidden.iter().any(|h| h.starts_with(p) && h != p);
+    let is_hidden = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
+    if !above_hidden(dir) {
+        if !is_hidden(dir) && !out.iter().any(|o| dir.starts_with(o)) {
+            out.push(dir.to_path_buf());
+        }
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    names.sort();
+    for path in names {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.file_type().is_symlink() {
+            let Ok(target) = std::fs::canonicalize(&path) else { continue };
+            if is_hidden(&target) || above_hidden(&target) {
+                continue;
+            }
+            if !out.iter().any(|o| target.starts_with(o)) {
+                out.push(target);
+            }
+            continue;
+        }
+        if is_hidden(&path) {
+            continue;
+        }
+        readable(&path, hidden, out);
+    }
+}
+
+/// The protections [`enforce`] gave, for the record: each with what
+/// enforces it on this kernel, or why it is missing.
+pub fn protections(abi: Option<u32>, deny_tcp: bool) -> (Vec<(String, String)>, Vec<Refused>) {
+    let mut by = Vec::new();
+    let mut missing = Vec::new();
+    let Some(v) = abi else {
+        missing.push(Refused::new("Landlock", "the kernel offers no Landlock (Linux 5.13 or later, enabled at boot)"));
+        return (by, missing);
+    };
+    let ll = format!("Landlock ABI {v}");
+    by.push(("file system: writes only to the run's directories and --rw".to_string(), ll.clone()));
+    by.push(("file system: the homes, ROOT and --hide unreadable".to_string(), ll.clone()));
+    by.push(("execution only from readable paths".to_string(), ll.clone()));
+    if v >= 3 {
+        by.push(("no truncation outside writable paths".to_string(), ll.clone()));
+    } else {
+        missing.push(Refused::new("Landlock truncate", format!("ABI {v} (3 needed): a readable file could be truncated")));
+    }
+    if deny_tcp {
+        let tcp = if v >= 4 { format!("{ll} (TCP) and the system-call filter") } else { "the system-call filter".into() };
+        by.push(("network: no socket but a unix one".to_string(), tcp));
+    }
+    if v >= 6 {
+        by.push(("signals and abstract unix sockets scoped to the run".to_string(), ll.clone()));
+    } else {
+        missing.push(Refused::new(
+            "Landlock scopes",
+            format!("ABI {v} (6 needed): the command can signal the user's other processes"),
+        ));
+    }
+    by.push(("no privileges: no capabilities, no new privileges".to_string(), "prctl".into()));
+    by.push(("system calls".to_string(), "seccomp".into()));
+    (by, missing)
+}
+
+/// Enforces `rules` on this process (and everything it executes).
+/// `PR_SET_NO_NEW_PRIVS` must be set. Err when Landlock enforced nothing.
+pub fn enforce(rules: &Rules) -> Result<(), Refused> {
+    use ::landlock::{
+        Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        RulesetStatus, Scope,
+    };
+    const P: &str = "Landlock";
+    let fail = |e: &dyn std::fmt::Display| Refused::new(P, e.to_string());
+    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(ABI)).map_err(|e| fail(&e))?;
+    if rules.deny_tcp {
+        ruleset = ruleset.handle_access(AccessNet::from_all(ABI)).map_err(|e| fail(&e))?;
+    }
+    ruleset = ruleset.scope(Scope::from_all(ABI)).map_err(|e| fail(&e))?;
+    let mut created = ruleset.create().map_err(|e| fail(&e))?;
+    let read = AccessFs::from_read(ABI);
+    let all = AccessFs::from_all(ABI);
+    let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+    let sets = [(&rules.read, read), (&rules.write, all), (&rules.devices, device)];
+    for (paths, access) in sets {
+        for p in paths {
+            // A path gone since runws listed it grants nothing.
+            let Ok(fd) = PathFd::new(p) else { continue };
+            let dir = std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+            let access = if dir { access } else { access & AccessFs::from_file(ABI) };
+            created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
+        }
+    }
+    let status = created.restrict_self().map_err(|e| fail(&e))?;
+    match status.ruleset {
+        RulesetStatus::NotEnforced => Err(Refused::new(P, "the kernel enforced none of the rules")),
+        RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["a/b/secret", "a/b/open", "a/c", "d"] {
+            std::fs::create_dir_all(t.path().join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(t.path().join("a/b/secret"), t.path().join("d/into-secret")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("a/c"), t.path().join("d/to-c")).unwrap();
+        t
+    }
+
+    /// Siblings of a hidden path are granted, never the path, its
+    /// ancestors, or a symlink into it.
+    #[test]
+    fn siblings_of_hidden_paths_are_granted_and_nothing_above_them() {
+        let t = tree();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let secret = base.join("a/b/secret");
+        let mut out = Vec::new();
+        readable(&base, &[secret.clone()], &mut out);
+        assert!(out.contains(&base.join("a/b/open")));
+        assert!(out.contains(&base.join("a/c")));
+        assert!(out.contains(&base.join("d")), "{out:?}");
+        for p in &out {
+            assert!(!p.starts_with(&secret), "{p:?} reaches the hidden path");
+            assert!(!secret.starts_with(p), "{p:?} is above the hidden path");
+        }
+    }
+
+    /// With nothing hidden the whole tree is one rule. A link into a path
+    /// hidden elsewhere is harmless there: Landlock checks the inode a path
+    /// resolves to, which no rule covers.
+    #[test]
+    fn nothing_hidden_leaves_the_whole_tree_readable() {
+        let t = tree();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let mut out = Vec::new();
+        readable(&base, &[], &mut out);
+        assert_eq!(out, vec![base]);
+    }
+
+    #[test]
+    fn rules_hide_dev_but_its_plain_devices_and_grant_the_run_again() {
+        let t = tree();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let r = rules(&[base.clone()], &[base.join("a/c")], &[base.join("d")], true);
+        assert!(r.read.contains(&base.join("a/c")));
+        assert!(r.read.contains(&base.join("d")));
+        assert!(r.write == vec![base.join("d")]);
+        assert!(!r.read.iter().any(|p| p == Path::new("/dev") || p == Path::new("/")));
+        assert!(r.devices.contains(&PathBuf::from("/dev/null")));
+        assert!(r.deny_tcp);
+    }
+}
