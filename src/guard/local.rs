@@ -105,7 +105,11 @@ pub(crate) fn locate(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Resul
 /// list ROOT's `runs/`. The same checks of the id and ROOT; the directory
 /// is opened by its path, and the manifest must say the run is sandboxed
 /// (its calls then go to runws, which opens the run its own way).
-pub(crate) fn locate_sandboxed(run_dir: &Path, run_id: &str, root: Option<&Path>) -> Option<(String, PathBuf)> {
+pub(crate) fn locate_sandboxed(
+    run_dir: &Path,
+    run_id: &str,
+    root: Option<&Path>,
+) -> Option<(String, PathBuf)> {
     workspace::check_run_id(run_id).ok()?;
     let derived_root = Root::of_run_dir(run_dir, run_id)?;
     if root.is_some_and(|r| r != derived_root.path()) {

@@ -552,7 +552,9 @@ fn cstr(bytes: &[u8]) -> Option<CString> {
 fn filter<K: Kernel>(k: &K, plan: &Plan, status: &mut Status) -> Result<(), Refused> {
     if plan.kind == Kind::Sandbox {
         let unix_sockets_only = plan.landlock.is_some() && plan.net == Net::None;
-        status.attempt(k.seccomp(super::seccomp::Filter { allow_userns: plan.allow_userns, unix_sockets_only }))?;
+        status.attempt(
+            k.seccomp(super::seccomp::Filter { allow_userns: plan.allow_userns, unix_sockets_only }),
+        )?;
     }
     Ok(())
 }

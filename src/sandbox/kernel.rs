@@ -89,6 +89,9 @@ pub trait Kernel {
     fn clear_ambient_set(&self) -> rustix::io::Result<()>;
     /// `capset(2)`: no effective, permitted or inheritable capability.
     fn clear_capabilities(&self) -> rustix::io::Result<()>;
+    /// `capget(2)`: whether this process holds any permitted capability
+    /// (true when that cannot be read).
+    fn holds_capabilities(&self) -> bool;
     /// `close_range(2)` from `first` up, with `CLOSE_RANGE_CLOEXEC`.
     fn cloexec_from(&self, first: u32) -> io::Result<()>;
     /// Installs the sandbox's system-call filter (see `seccomp`).
@@ -228,6 +231,10 @@ impl Kernel for Real {
 
     fn clear_ambient_set(&self) -> rustix::io::Result<()> {
         rustix::thread::clear_ambient_capability_set()
+    }
+
+    fn holds_capabilities(&self) -> bool {
+        rustix::thread::capabilities(None).map_or(true, |c| !c.permitted.is_empty())
     }
 
     fn clear_capabilities(&self) -> rustix::io::Result<()> {

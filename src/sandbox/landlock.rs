@@ -50,8 +50,16 @@ pub struct Rules {
 /// The devices a command needs (the namespace backend's private `/dev`
 /// holds the same ones); every other device, a disk among them, stays out
 /// of reach, which matters as root.
-pub const DEVICES: [&str; 8] =
-    ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"];
+pub const DEVICES: [&str; 8] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
 
 /// Files only root may read that a root command (uid 0 without
 /// capabilities, so still the owner by file permissions) must not: hidden
@@ -138,7 +146,10 @@ pub fn protections(abi: Option<u32>, deny_tcp: bool) -> (Vec<(String, String)>, 
     let mut by = Vec::new();
     let mut missing = Vec::new();
     let Some(v) = abi else {
-        missing.push(Refused::new("Landlock", "the kernel offers no Landlock (Linux 5.13 or later, enabled at boot)"));
+        missing.push(Refused::new(
+            "Landlock",
+            "the kernel offers no Landlock (Linux 5.13 or later, enabled at boot)",
+        ));
         return (by, missing);
     };
     let ll = format!("Landlock ABI {v}");
@@ -148,10 +159,17 @@ pub fn protections(abi: Option<u32>, deny_tcp: bool) -> (Vec<(String, String)>, 
     if v >= 3 {
         by.push(("no truncation outside writable paths".to_string(), ll.clone()));
     } else {
-        missing.push(Refused::new("Landlock truncate", format!("ABI {v} (3 needed): a readable file could be truncated")));
+        missing.push(Refused::new(
+            "Landlock truncate",
+            format!("ABI {v} (3 needed): a readable file could be truncated"),
+        ));
     }
     if deny_tcp {
-        let tcp = if v >= 4 { format!("{ll} (TCP) and the system-call filter") } else { "the system-call filter".into() };
+        let tcp = if v >= 4 {
+            format!("{ll} (TCP) and the system-call filter")
+        } else {
+            "the system-call filter".into()
+        };
         by.push(("network: no socket but a unix one".to_string(), tcp));
     }
     if v >= 6 {
@@ -224,7 +242,7 @@ mod tests {
         let base = std::fs::canonicalize(t.path()).unwrap();
         let secret = base.join("a/b/secret");
         let mut out = Vec::new();
-        readable(&base, &[secret.clone()], &mut out);
+        readable(&base, std::slice::from_ref(&secret), &mut out);
         assert!(out.contains(&base.join("a/b/open")));
         assert!(out.contains(&base.join("a/c")));
         assert!(out.contains(&base.join("d")), "{out:?}");
@@ -250,7 +268,7 @@ mod tests {
     fn rules_hide_dev_but_its_plain_devices_and_grant_the_run_again() {
         let t = tree();
         let base = std::fs::canonicalize(t.path()).unwrap();
-        let r = rules(&[base.clone()], &[base.join("a/c")], &[base.join("d")], true);
+        let r = rules(std::slice::from_ref(&base), &[base.join("a/c")], &[base.join("d")], true);
         assert!(r.read.contains(&base.join("a/c")));
         assert!(r.read.contains(&base.join("d")));
         assert!(r.write == vec![base.join("d")]);

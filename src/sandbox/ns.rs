@@ -83,7 +83,14 @@ pub fn die_with_parent<K: Kernel>(k: &K, expected_parent: i32) -> io::Result<boo
 /// is uid 0 without power over mounts, so the read-only file system holds.
 pub fn drop_capabilities<K: Kernel>(k: &K) -> Result<(), Refused> {
     const P: &str = "capability drop";
-    k.clear_bounding_set().map_err(|e| Refused::io(P, "cannot drop the bounding set", e.into()))?;
+    // Emptying the bounding set takes CAP_SETPCAP. A process that holds no
+    // capability (an ordinary user under the Landlock backend) can never
+    // gain one back, no-new-privileges being set: nothing to drop there.
+    if let Err(e) = k.clear_bounding_set()
+        && k.holds_capabilities()
+    {
+        return Err(Refused::io(P, "cannot drop the bounding set", e.into()));
+    }
     k.clear_ambient_set().map_err(|e| Refused::io(P, "cannot clear the ambient set", e.into()))?;
     k.clear_capabilities().map_err(|e| Refused::io(P, "capset", e.into()))
 }
@@ -338,15 +345,20 @@ pub fn blocked(uid: u32) -> Option<String> {
     if uid == 0 {
         const CAP_SYS_ADMIN: u32 = 21;
         let eff = read("/proc/self/status").and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("CapEff:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:").and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
         });
         if eff.is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) == 0) {
-            return Some("runws is root without CAP_SYS_ADMIN (a container's default), which namespaces need".into());
+            return Some(
+                "runws is root without CAP_SYS_ADMIN (a container's default), which namespaces need".into(),
+            );
         }
         return None;
     }
     if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-        return Some("unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone is 0)".into());
+        return Some(
+            "unprivileged user namespaces are switched off (kernel.unprivileged_userns_clone is 0)".into(),
+        );
     }
     let confined = read("/proc/self/attr/apparmor/current").or_else(|| read("/proc/self/attr/current"));
     if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")

@@ -514,7 +514,6 @@ pub fn prepare(
     })
 }
 
-
 /// The Landlock backend's side of [`prepare`]: no namespace, no mount; the
 /// rules the command's process enforces on itself (see
 /// [`super::landlock`]), and the run recorded as such. `why` says why the
@@ -576,7 +575,8 @@ pub fn prepare_landlock(
     for c in caches(opts, &base)? {
         if c.target != c.dir {
             return Err(Error::Usage(format!(
-                "--cache `{}:{}`: the Landlock backend cannot show a directory at another path                  (give --cache `{}`, or use --sandbox=ns)",
+                "--cache `{}:{}`: the Landlock backend cannot show a directory at another path \
+                 (give --cache `{}`, or use --sandbox=ns)",
                 c.dir.display(),
                 c.target.display(),
                 c.dir.display()
@@ -597,7 +597,8 @@ pub fn prepare_landlock(
             && let Some(w) = write.iter().find(|w| a.starts_with(w) && *w != a)
         {
             return Err(Error::Usage(format!(
-                "{flag} `{}` lies inside the writable `{}`: the Landlock backend cannot take access                  back below a granted path (use --sandbox=ns)",
+                "{flag} `{}` lies inside the writable `{}`: the Landlock backend cannot take access \
+                 back below a granted path (use --sandbox=ns)",
                 a.display(),
                 w.display()
             )));

@@ -509,7 +509,11 @@ mod tests {
         for abi in ABIS {
             assert_eq!(verdict(&only, abi.arch, abi.socket, [1, 1, 0, 0]), RET_ALLOW, "AF_UNIX");
             for family in [2u32, 10, 16, 17, 0x1_0001] {
-                assert_eq!(verdict(&only, abi.arch, abi.socket, [family, 1, 0, 0]), refused, "family {family}");
+                assert_eq!(
+                    verdict(&only, abi.arch, abi.socket, [family, 1, 0, 0]),
+                    refused,
+                    "family {family}"
+                );
                 assert_eq!(verdict(&open, abi.arch, abi.socket, [family, 1, 0, 0]), RET_ALLOW);
             }
             if let Some(nr) = abi.socketcall {

@@ -24,6 +24,7 @@ mod guard_membership;
 mod help;
 mod hostile_index;
 mod inputs;
+mod landlock;
 mod lane;
 mod lease;
 mod limits;

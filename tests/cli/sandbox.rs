@@ -480,10 +480,21 @@ fn rw_ro_and_hide_grant_and_take_away() {
 
 /// A seccomp filter that makes unshare(CLONE_NEWUSER) and
 /// clone(CLONE_NEWUSER) fail with EPERM, as on a machine where user
-/// namespaces are disabled; installed in the process that becomes runws.
-/// (clone3 passes its flags in memory a filter cannot read: it fails with
-/// ENOSYS, so that the C library falls back to clone.)
+/// namespaces are disabled (a container's default profile); installed in
+/// the process that becomes runws. (clone3 passes its flags in memory a
+/// filter cannot read: it fails with ENOSYS, so that the C library falls
+/// back to clone.)
 fn deny_user_namespaces() -> std::io::Result<()> {
+    deny_namespaces_filter(false)
+}
+
+/// The same, and no Landlock either (its calls fail with ENOSYS, as on a
+/// kernel without it): nothing is left to make a sandbox with.
+fn deny_user_namespaces_and_landlock() -> std::io::Result<()> {
+    deny_namespaces_filter(true)
+}
+
+fn deny_namespaces_filter(landlock_too: bool) -> std::io::Result<()> {
     use nix::libc;
     const NR_OFF: u32 = 0;
     const ARG0_OFF: u32 = 16;
@@ -492,8 +503,12 @@ fn deny_user_namespaces() -> std::io::Result<()> {
     let ld = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
     let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
     let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+    // landlock_create_ruleset, landlock_add_rule, landlock_restrict_self.
+    let landlock = if landlock_too { libc::SYS_landlock_create_ruleset as u32 } else { u32::MAX };
     let filter = [
         stmt(ld, NR_OFF),
+        jump(jeq, landlock, 0, 1),
+        stmt(ret, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         jump(jeq, libc::SYS_clone3 as u32, 0, 1),
         stmt(ret, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         jump(jeq, libc::SYS_unshare as u32, 1, 0),
@@ -517,6 +532,36 @@ fn deny_user_namespaces() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Without user namespaces (a container's seccomp profile) `--sandbox`
+/// takes Landlock and says why; `--sandbox=ns` is refused.
+#[test]
+fn without_user_namespaces_the_sandbox_is_landlock() {
+    let who = if is_root() { Who::Nobody } else { Who::Me };
+    let env = Env::new();
+    let mut cmd =
+        runws_as(&env, who, &["run", "--sandbox", "--run-id", "auto", "--", "sh", "-c", "echo RAN"]);
+    // SAFETY: the closure only calls prctl.
+    unsafe { cmd.pre_exec(deny_user_namespaces) };
+    let out = Out::from(cmd.output_retrying());
+    if out.code == Some(125) && out.stderr.contains("no Landlock") {
+        eprintln!("skipped: this kernel has no Landlock");
+        return;
+    }
+    out.ok().stdout_has("RAN").stderr_has("using Landlock");
+    let m = env.manifest("auto");
+    assert_eq!(m["sandbox"]["backend"], "landlock");
+    assert!(m["sandbox"]["chosen_because"].as_str().unwrap().contains("user namespace"), "{m}");
+    let mut cmd =
+        runws_as(&env, who, &["run", "--sandbox=ns", "--run-id", "ns", "--", "sh", "-c", "echo RAN"]);
+    // SAFETY: as above.
+    unsafe { cmd.pre_exec(deny_user_namespaces) };
+    let out = Out::from(cmd.output_retrying());
+    out.code(125).one_line_error().stderr_has("user namespaces are disabled");
+    assert!(!out.stdout.contains("RAN"));
+}
+
+/// With neither user namespaces nor Landlock, `--sandbox` is refused and
+/// `--sandbox=try` runs without, recording why.
 #[test]
 fn without_user_namespaces_the_run_is_refused_or_runs_with_try_and_records_why() {
     // Only an unprivileged runws needs a user namespace.
@@ -524,7 +569,7 @@ fn without_user_namespaces_the_run_is_refused_or_runs_with_try_and_records_why()
     let env = Env::new();
     let mut cmd = runws_as(&env, who, &["run", "--sandbox", "--run-id", "off", "--", "sh", "-c", "echo RAN"]);
     // SAFETY: the closure only calls prctl.
-    unsafe { cmd.pre_exec(deny_user_namespaces) };
+    unsafe { cmd.pre_exec(deny_user_namespaces_and_landlock) };
     let out = Out::from(cmd.output_retrying());
     out.code(125).one_line_error().stderr_has("user namespaces are disabled");
     assert!(!out.stdout.contains("RAN"));
@@ -535,7 +580,7 @@ fn without_user_namespaces_the_run_is_refused_or_runs_with_try_and_records_why()
     let mut cmd =
         runws_as(&env, who, &["run", "--sandbox=try", "--run-id", "try", "--", "sh", "-c", "echo RAN"]);
     // SAFETY: as above.
-    unsafe { cmd.pre_exec(deny_user_namespaces) };
+    unsafe { cmd.pre_exec(deny_user_namespaces_and_landlock) };
     let out = Out::from(cmd.output_retrying());
     out.ok().stdout_has("RAN").stderr_has("--sandbox=try: running without user namespace");
     let m = env.manifest("try");

@@ -36,6 +36,7 @@ fn plan(kind: Kind, user_namespace: bool, net: Net) -> Plan {
         own_userns_fd: None,
         net_fd: None,
         report_fd: None,
+        landlock: None,
     }
 }
 
@@ -385,6 +386,42 @@ fn the_command_of_an_ordinary_user() {
             "seccomp allow_userns"
         ]
     );
+}
+
+/// The Landlock backend's command: no namespace to enter, every capability
+/// dropped, the rules enforced, then the filter, which with `--net none`
+/// lets only unix sockets be made.
+#[test]
+fn the_command_under_landlock() {
+    let fake = Fake::user(1000);
+    fake.dir("/src");
+    let mut p = plan(Kind::Sandbox, false, Net::None);
+    p.mounts.clear();
+    p.landlock = Some(crate::sandbox::landlock::Rules {
+        read: vec!["/usr".into(), "/etc".into()],
+        write: vec!["/r/runs/x/work".into()],
+        devices: vec!["/dev/null".into()],
+        deny_tcp: true,
+    });
+    let mut pipe = Pipe::new(false);
+    confine(&fake, &p, &mut pipe.status, confined(None, false, 0, Handed::default())).unwrap();
+    assert_eq!(
+        fake.take(),
+        [
+            "chdir /src",
+            "close_range 3.. cloexec",
+            "capbset drop all",
+            "ambient clear",
+            "capset none",
+            "landlock read 2 write 1 deny_tcp true",
+            "seccomp unix_only"
+        ]
+    );
+    // Refused rules refuse the run; with `--sandbox=try` they are noted.
+    let fake = Fake::user(1000);
+    fake.dir("/src").refuse("landlock", libc::EOPNOTSUPP);
+    confine(&fake, &p, &mut Pipe::new(false).status, confined(None, false, 0, Handed::default()))
+        .unwrap_err();
 }
 
 /// An audit's command enters the staged root and keeps what it has.

@@ -313,6 +313,10 @@ impl Kernel for Fake {
         self.call("ambient clear".into()).map_err(rustix_err)
     }
 
+    fn holds_capabilities(&self) -> bool {
+        true
+    }
+
     fn clear_capabilities(&self) -> rustix::io::Result<()> {
         self.call("capset none".into()).map_err(rustix_err)
     }
@@ -322,7 +326,12 @@ impl Kernel for Fake {
     }
 
     fn landlock(&self, rules: &crate::sandbox::landlock::Rules) -> Result<(), Refused> {
-        let line = format!("landlock read {} write {} deny_tcp {}", rules.read.len(), rules.write.len(), rules.deny_tcp);
+        let line = format!(
+            "landlock read {} write {} deny_tcp {}",
+            rules.read.len(),
+            rules.write.len(),
+            rules.deny_tcp
+        );
         self.call(line).map_err(|e| Refused::new("Landlock", io_err(e).to_string()))
     }
 

@@ -1,0 +1,348 @@
+//! The Landlock backend of `--sandbox`, attacked from inside as root and as
+//! `nobody`: what the command can read, write, signal and reach, checked by
+//! the command itself; the automatic choice where user namespaces are
+//! blocked (a user namespace whose limit of nested ones is 0, as
+//! `user.max_user_namespaces=0` sets on a host); and the refusals of what
+//! Landlock cannot express.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::*;
+use crate::sandbox::{Retry, Who, everyone, runws_as};
+
+/// True (after saying so) when this kernel offers no Landlock.
+fn no_landlock(env: &Env, who: Who) -> bool {
+    let out =
+        Out::from(runws_as(env, who, &["run", "--sandbox=landlock", "--", "/bin/true"]).output_retrying());
+    if out.code == Some(125) && out.stderr.contains("no Landlock") {
+        eprintln!("skipped: {}", out.stderr.trim());
+        return true;
+    }
+    false
+}
+
+/// Tries each access from inside and prints `name yes` or `name no<errno>`.
+const PROBE: &str = r#"
+import os, signal, socket, subprocess, sys
+public, hidden, rw, home, root, other, victim, disk = sys.argv[1:9]
+def can(name, f):
+    try:
+        f()
+        print(name, "yes")
+    except OSError as e:
+        print(name, "no%d" % e.errno)
+run = os.environ["RUNWS_DIR"]
+can("write_work", lambda: open("w.txt", "w").write("x"))
+can("write_manifest", lambda: open(run + "/manifest.json", "a"))
+can("create_top", lambda: open(run + "/planted", "w"))
+can("write_tmp", lambda: open("/tmp/runws-landlock-probe-%d" % os.getpid(), "w"))
+can("write_rw", lambda: open(rw + "/f", "w").write("x"))
+can("read_public", lambda: open(public).read())
+can("read_hidden", lambda: open(hidden).read())
+can("list_home", lambda: os.listdir(home))
+can("list_root", lambda: os.listdir(root))
+can("read_other_run", lambda: open(other).read())
+can("dev_null", lambda: open("/dev/null", "w").write("x"))
+if disk:
+    can("read_disk", lambda: open(disk, "rb").read(1))
+can("read_shadow", lambda: open("/etc/shadow", "rb").read(1))
+can("signal_outside", lambda: os.kill(int(victim), signal.SIGURG))
+can("exec", lambda: subprocess.run(["/bin/true"], check=True))
+print("guard", "yes" if subprocess.call(["runws", "put", "w", "w.txt"]) == 0 else "no")
+caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0]
+print("caps", caps)
+"#;
+
+/// A block device of the host, to try to read raw.
+fn a_disk() -> String {
+    let Ok(rd) = std::fs::read_dir("/sys/block") else { return String::new() };
+    for e in rd.flatten() {
+        let name = e.file_name().into_string().unwrap_or_default();
+        if name.starts_with("loop") || name.starts_with("ram") {
+            continue;
+        }
+        let dev = format!("/dev/{name}");
+        if Path::new(&dev).exists() {
+            return dev;
+        }
+    }
+    String::new()
+}
+
+fn results(out: &Out) -> std::collections::BTreeMap<String, String> {
+    out.stdout
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_landlocked_command_writes_only_its_run_and_reads_nothing_hidden() {
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: /usr/bin/python3 is not installed");
+        return;
+    }
+    for who in everyone() {
+        let env = Env::new();
+        if no_landlock(&env, who) {
+            return;
+        }
+        // Another run of the same ROOT, whose manifest the command must not read.
+        Out::from(runws_as(&env, who, &["run", "--run-id", "other", "--", "/bin/true"]).output_retrying())
+            .ok();
+        let other = env.run_dir("other").join("manifest.json");
+        assert!(other.exists(), "the other run was made");
+        let public = env.path("public.txt");
+        let hidden = env.path("hidden.txt");
+        let rw = env.path("rw");
+        std::fs::write(&public, "public").unwrap();
+        std::fs::write(&hidden, "secret").unwrap();
+        std::fs::create_dir_all(&rw).unwrap();
+        std::fs::write(env.home.join("in-home"), "secret").unwrap();
+        for p in [&public, &hidden] {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        }
+        std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        // A process of the same user outside the run.
+        let mut victim = Command::new("sleep");
+        victim.arg("60");
+        if who == Who::Nobody {
+            victim.uid(65534).gid(65534);
+        }
+        let mut victim = victim.spawn().unwrap();
+        let args = [
+            "run",
+            "--sandbox=landlock",
+            "--run-id",
+            "probe",
+            "--rw",
+            rw.to_str().unwrap(),
+            "--hide",
+            hidden.to_str().unwrap(),
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            PROBE,
+            public.to_str().unwrap(),
+            hidden.to_str().unwrap(),
+            rw.to_str().unwrap(),
+            env.home.to_str().unwrap(),
+            env.root.to_str().unwrap(),
+            other.to_str().unwrap(),
+            &victim.id().to_string(),
+            &a_disk(),
+        ];
+        let out = Out::from(runws_as(&env, who, &args).output_retrying());
+        let _ = victim.kill();
+        let _ = victim.wait();
+        out.ok();
+        let r = results(&out);
+        let say = |k: &str| r.get(k).cloned().unwrap_or_else(|| panic!("no {k} as {who:?}: {out:?}"));
+        assert_eq!(say("write_work"), "yes", "{who:?}");
+        assert_eq!(say("write_rw"), "yes", "{who:?}");
+        assert_eq!(say("read_public"), "yes", "{who:?}");
+        assert_eq!(say("dev_null"), "yes", "{who:?}");
+        assert_eq!(say("exec"), "yes", "{who:?}");
+        assert_eq!(say("guard"), "yes", "{who:?}: the guard works over its socket");
+        for denied in [
+            "write_manifest",
+            "create_top",
+            "write_tmp",
+            "read_hidden",
+            "list_home",
+            "list_root",
+            "read_other_run",
+            "read_shadow",
+            "signal_outside",
+        ] {
+            assert!(say(denied).starts_with("no"), "{denied} as {who:?}: {out:?}");
+        }
+        if let Some(disk) = r.get("read_disk") {
+            assert!(disk.starts_with("no"), "a raw disk as {who:?}: {out:?}");
+        }
+        assert_eq!(say("caps"), "0000000000000000", "{who:?} holds capabilities");
+        // The record names the backend and what enforces each protection.
+        let m = env.manifest("probe");
+        let sb = &m["sandbox"];
+        assert_eq!(sb["backend"], "landlock");
+        assert_eq!(sb["mode"], "landlock");
+        assert!(sb["landlock"]["abi"].as_u64().unwrap() >= 1);
+        assert!(
+            sb["enforced"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["by"].as_str().unwrap().starts_with("Landlock"))
+        );
+        assert!(!sb["not_covered"].as_array().unwrap().is_empty());
+        assert_eq!(m["outputs"][0]["name"], "w");
+        assert!(!env.run_dir("probe").join("planted").exists());
+        env.run(&["show", "probe"]).ok().stdout_has("landlock ABI");
+    }
+}
+
+const NET_PROBE: &str = r#"
+import socket, sys
+port = int(sys.argv[1])
+def can(name, f):
+    try:
+        f()
+        print(name, "yes")
+    except OSError as e:
+        print(name, "no%d" % e.errno)
+can("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close())
+can("tcp4", lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close())
+can("udp4", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close())
+can("tcp6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close())
+can("raw", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close())
+can("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW).close())
+"#;
+
+/// `--net none` under Landlock: no socket but a unix one, so no TCP, UDP or
+/// raw packet, to the host's loopback included; `--net host` reaches it.
+#[test]
+fn net_none_leaves_only_unix_sockets_and_host_reaches_the_host() {
+    if !Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            drop(s);
+        }
+    });
+    let probe = |net: &str, id: &str| {
+        env.run(&[
+            "run",
+            "--sandbox=landlock",
+            "--net",
+            net,
+            "--run-id",
+            id,
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            NET_PROBE,
+            &port,
+        ])
+    };
+    let out = probe("none", "none");
+    out.ok();
+    let r = results(&out);
+    assert_eq!(r["unix"], "yes", "{out:?}");
+    for k in ["tcp4", "udp4", "tcp6", "raw", "netlink"] {
+        assert_eq!(r[k], "no97", "{k}: {out:?}");
+    }
+    let out = probe("host", "host");
+    out.ok();
+    assert_eq!(results(&out)["tcp4"], "yes", "{out:?}");
+}
+
+/// Runs `argv` as `uid` in a new user namespace whose limit of nested user
+/// namespaces is 0: what a host with `user.max_user_namespaces=0` gives.
+const BLOCKED: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+uid = int(sys.argv[1])
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if libc.unshare(0x10000000) != 0:
+        os._exit(90)
+    os.write(ready_w, b"x")
+    os.read(go_r, 1)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0")
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    os.execv(sys.argv[2], sys.argv[2:])
+os.read(ready_r, 1)
+for name in ("uid_map", "gid_map"):
+    with open("/proc/%d/%s" % (pid, name), "w") as f:
+        f.write("0 0 65536")
+os.write(go_w, b"x")
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// Where user namespaces are blocked, `--sandbox` picks Landlock and says
+/// why (as root and as `nobody`), and `--sandbox=ns` is refused.
+#[test]
+fn sandbox_falls_back_to_landlock_where_user_namespaces_are_blocked() {
+    if !is_root() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: needs root (to make the blocking user namespace) and python3");
+        return;
+    }
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    // Run as nobody and as root inside: the binary, ROOT and HOME reachable.
+    let _ = runws_as(&env, Who::Nobody, &["--version"]).output_retrying();
+    let bin = env.path("runws-copy");
+    let blocked = |uid: &str, root: &Path, args: &[&str]| {
+        let mut c = Command::new("/usr/bin/python3");
+        c.args(["-c", BLOCKED, uid, bin.to_str().unwrap()])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &env.home)
+            .env("RUNWS_ROOT", root)
+            .current_dir(env.tmp.path());
+        Out::from(c.output().unwrap())
+    };
+    for (uid, root) in [("65534", env.path("root-nobody")), ("0", env.path("root-zero"))] {
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let out =
+            blocked(uid, &root, &["run", "--sandbox", "--run-id", "auto", "--", "sh", "-c", "echo ran > f"]);
+        if out.code == Some(90) {
+            eprintln!("skipped: cannot make the blocking user namespace");
+            return;
+        }
+        out.ok().stderr_has("using Landlock");
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(root.join("runs/auto/manifest.json")).unwrap()).unwrap();
+        assert_eq!(m["sandbox"]["backend"], "landlock", "as {uid}");
+        assert!(m["sandbox"]["chosen_because"].as_str().unwrap().contains("max_user_namespaces"), "{m}");
+        assert_eq!(std::fs::read_to_string(root.join("runs/auto/work/f")).unwrap(), "ran\n");
+        // Named, namespaces are refused here rather than replaced.
+        blocked(uid, &root, &["run", "--sandbox=ns", "--", "/bin/true"]).code(125);
+    }
+}
+
+/// What Landlock cannot express is refused before anything runs.
+#[test]
+fn what_landlock_cannot_express_is_refused() {
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let dir = env.path("d");
+    std::fs::create_dir_all(dir.join("inner")).unwrap();
+    let d = dir.to_str().unwrap().to_string();
+    let inner = dir.join("inner").to_str().unwrap().to_string();
+    let refused = |extra: &[&str]| {
+        let mut args = vec!["run", "--sandbox=landlock"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", "echo ran > ran"]);
+        env.run(&args)
+    };
+    refused(&["--cache", &format!("{d}:/mnt/cache")]).code(125).one_line_error().stderr_has("another path");
+    refused(&["--rw", &d, "--ro", &inner]).code(125).one_line_error().stderr_has("cannot take access back");
+    refused(&["--rw", &d, "--hide", &inner]).code(125).one_line_error();
+    // None of them ran the command.
+    for id in env.run_ids() {
+        assert!(!env.run_dir(&id).join("work/ran").exists(), "run {id} ran its command");
+    }
+}
