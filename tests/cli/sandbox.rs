@@ -240,7 +240,7 @@ fn net_none_cannot_reach_a_server_on_the_host_loopback() {
     }
 }
 
-fn processes_with(marker: &str) -> Vec<i32> {
+pub fn processes_with(marker: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
