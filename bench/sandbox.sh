@@ -4,7 +4,7 @@
 # invocation and prints the ratio of medians. Results go to
 # bench/results/<section>.json; BENCHMARKS.md summarises them by hand.
 #
-#   bench/sandbox.sh [sandbox|audit|unprivileged|all]
+#   bench/sandbox.sh [sandbox|audit|unprivileged|landlock|all]
 #
 # Each section runs twice: with the root on the repository's file system
 # (the manifest's fsyncs paid as a user pays them) and on tmpfs (/dev/shm),
@@ -89,10 +89,47 @@ unprivileged() {
   rm -rf "$disk" "$shm"
 }
 
+# The Landlock backend as an ordinary user (where it is the fallback),
+# interleaved with the namespace backend, bwrap and a plain run, on tmpfs
+# and on disk; as root too. --net none in each sandbox.
+landlock() {
+  local who=${RUNWS_BENCH_USER:-nobody} as=()
+  if [ "$(id -u)" = 0 ]; then as=(runuser -u "$who" --); else who=$(id -un); fi
+  local disk shm
+  disk=$(mktemp -d /var/tmp/runws-bench.XXXXXX)
+  shm=$(mktemp -d /dev/shm/runws-bench-ll.XXXXXX)
+  chmod 755 "$disk"
+  cp "$BIN" "$disk/runws"
+  [ "$(id -u)" = 0 ] && chown "$who" "$disk" "$shm"
+  machine
+  for where in disk tmpfs; do
+    local root=$disk/root
+    [ "$where" = tmpfs ] && root=$shm/root
+    echo "== as $who ($where root): plain run, --sandbox=landlock, --sandbox=ns, bwrap; all -- /bin/true"
+    "${as[@]}" python3 bench/interleave.py 300 \
+      "$disk/runws run --root $root --ports 1 -- /bin/true" \
+      "$disk/runws run --root $root --ports 1 --sandbox=landlock --net none -- /bin/true" \
+      "$disk/runws run --root $root --ports 1 --sandbox=ns --net none -- /bin/true" \
+      "$BWRAP"
+  done
+  for where in disk tmpfs; do
+    local root=$WORK/root-ll
+    [ "$where" = tmpfs ] && root=$SHM/root-ll
+    echo "== as $(id -un) ($where root): the same"
+    python3 bench/interleave.py 300 \
+      "$BIN run --root $root --ports 1 -- /bin/true" \
+      "$BIN run --root $root --ports 1 --sandbox=landlock --net none -- /bin/true" \
+      "$BIN run --root $root --ports 1 --sandbox=ns --net none -- /bin/true" \
+      "$BWRAP"
+  done
+  rm -rf "$disk" "$shm"
+}
+
 case "$section" in
   sandbox) sandbox ;;
   audit) audit ;;
   unprivileged) unprivileged ;;
-  all) sandbox; audit; unprivileged ;;
+  landlock) landlock ;;
+  all) sandbox; audit; unprivileged; landlock ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac

@@ -37,6 +37,11 @@ const ABI: ::landlock::ABI = ::landlock::ABI::V7;
 pub struct Rules {
     /// Read and execute beneath each.
     pub read: Vec<PathBuf>,
+    /// Those of `read` that are not directories (a rule on a file takes
+    /// only a file's rights), known from the listing, so the command's
+    /// process need not look again.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
     /// Everything beneath each: create, write, remove, rename.
     pub write: Vec<PathBuf>,
     /// Device files (and `/dev/pts`) the command may open for reading,
@@ -91,17 +96,45 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
     // `/dev` is hidden but for the devices granted below.
     hidden.push(PathBuf::from("/dev"));
     hidden.retain(|h| h != Path::new("/"));
-    let mut read = Vec::new();
-    readable(Path::new("/"), &hidden, &mut read);
-    for g in granted.iter().chain(write).filter_map(canon) {
+    let mut found = Found::default();
+    readable(Path::new("/"), &hidden, &mut found);
+    let Found { mut read, mut files } = found;
+    for g in granted.iter().filter_map(canon) {
         if !read.iter().any(|r| g.starts_with(r)) {
+            if !g.is_dir() {
+                files.push(g.clone());
+            }
             read.push(g);
         }
     }
+    files.sort();
     let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
     let mut writable: Vec<PathBuf> = write.iter().filter_map(canon).collect();
     writable.dedup();
-    Rules { read, write: writable, devices, deny_tcp }
+    Rules { read, files, write: writable, devices, deny_tcp }
+}
+
+/// What [`readable`] grants: every path, and which of them are not
+/// directories.
+#[derive(Default)]
+struct Found {
+    read: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Found {
+    fn covers(&self, p: &Path) -> bool {
+        self.read.iter().any(|o| p.starts_with(o))
+    }
+
+    fn grant(&mut self, p: PathBuf, dir: bool) {
+        if !self.covers(&p) {
+            if !dir {
+                self.files.push(p.clone());
+            }
+            self.read.push(p);
+        }
+    }
 }
 
 /// Adds to `out` every hierarchy under `dir` that holds no hidden path:
@@ -109,34 +142,38 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
 /// going down into those that hold one. A symlink is followed to what it
 /// names; one that leads into or above a hidden path grants nothing (its
 /// target, where readable, is granted by its own name).
-fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Found) {
     let above_hidden = |p: &Path| hidden.iter().any(|h| h.starts_with(p) && h != p);
     let is_hidden = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
     if !above_hidden(dir) {
-        if !is_hidden(dir) && !out.iter().any(|o| dir.starts_with(o)) {
-            out.push(dir.to_path_buf());
+        if !is_hidden(dir) {
+            out.grant(dir.to_path_buf(), true);
         }
         return;
     }
     let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    names.sort();
-    for path in names {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if meta.file_type().is_symlink() {
+    // The listing's own file types: no look at each entry.
+    let mut listed: Vec<(PathBuf, std::fs::FileType)> =
+        entries.filter_map(|e| e.ok()).filter_map(|e| Some((e.path(), e.file_type().ok()?))).collect();
+    listed.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, kind) in listed {
+        if kind.is_symlink() {
             let Ok(target) = std::fs::canonicalize(&path) else { continue };
             if is_hidden(&target) || above_hidden(&target) {
                 continue;
             }
-            if !out.iter().any(|o| target.starts_with(o)) {
-                out.push(target);
-            }
+            let dir = target.is_dir();
+            out.grant(target, dir);
             continue;
         }
         if is_hidden(&path) {
             continue;
         }
-        readable(&path, hidden, out);
+        if kind.is_dir() {
+            readable(&path, hidden, out);
+        } else {
+            out.grant(path, false);
+        }
     }
 }
 
@@ -203,13 +240,15 @@ pub fn enforce(rules: &Rules) -> Result<(), Refused> {
     let read = AccessFs::from_read(ABI);
     let all = AccessFs::from_all(ABI);
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+    let file_only = AccessFs::from_file(ABI);
     let sets = [(&rules.read, read), (&rules.write, all), (&rules.devices, device)];
     for (paths, access) in sets {
         for p in paths {
             // A path gone since runws listed it grants nothing.
             let Ok(fd) = PathFd::new(p) else { continue };
-            let dir = std::fs::metadata(p).is_ok_and(|m| m.is_dir());
-            let access = if dir { access } else { access & AccessFs::from_file(ABI) };
+            let file = rules.files.binary_search(p).is_ok()
+                || rules.devices.contains(p) && p != Path::new("/dev/pts");
+            let access = if file { access & file_only } else { access };
             created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
         }
     }
@@ -241,8 +280,9 @@ mod tests {
         let t = tree();
         let base = std::fs::canonicalize(t.path()).unwrap();
         let secret = base.join("a/b/secret");
-        let mut out = Vec::new();
-        readable(&base, std::slice::from_ref(&secret), &mut out);
+        let mut found = Found::default();
+        readable(&base, std::slice::from_ref(&secret), &mut found);
+        let out = found.read;
         assert!(out.contains(&base.join("a/b/open")));
         assert!(out.contains(&base.join("a/c")));
         assert!(out.contains(&base.join("d")), "{out:?}");
@@ -259,9 +299,9 @@ mod tests {
     fn nothing_hidden_leaves_the_whole_tree_readable() {
         let t = tree();
         let base = std::fs::canonicalize(t.path()).unwrap();
-        let mut out = Vec::new();
-        readable(&base, &[], &mut out);
-        assert_eq!(out, vec![base]);
+        let mut found = Found::default();
+        readable(&base, &[], &mut found);
+        assert_eq!(found.read, vec![base]);
     }
 
     #[test]
