@@ -222,6 +222,17 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
     req.capture = m.capture;
     req.timeout = m.timeout_ms.map(Duration::from_millis);
     req.lease_ttl = Duration::from_millis(m.lease_ttl_ms).max(Duration::from_millis(30));
+    // The limits it ran under: a job that ran out of memory (or processes)
+    // under them is held to them again, not let loose on the machine.
+    if let Some(r) = &m.resources {
+        req.limits = crate::cgroup::Limits {
+            memory: r.memory_limit,
+            pids: r.pids_limit,
+            cpu: r.cpu_limit.map(|c| c.clamp(0.01, 4096.0)),
+            // Recorded as missing: it ran with `--limits=try` and without them.
+            try_mode: r.missing.is_some(),
+        };
+    }
     req.allow_import = m
         .sandbox
         .as_ref()

@@ -239,3 +239,35 @@ fn a_sandboxed_run_is_limited_too() {
     out.code(137);
     assert_eq!(env.manifest("s")["status"], "oom");
 }
+
+#[test]
+fn a_replay_runs_under_the_limits_the_original_ran_under() {
+    if !groups_here("replay_limits") {
+        return;
+    }
+    let env = Env::new();
+    env.run(&[
+        "run",
+        "--run-id",
+        "m",
+        "--memory",
+        "40M",
+        "--pids",
+        "16",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(300 << 20)",
+    ])
+    .code(137);
+    // Let loose, the job would take 300M and succeed: a result that differs
+    // only because the replay dropped the limits, and a machine it could fill.
+    let before = env.run_ids();
+    env.run(&["replay", "m", "--expect", "same"]).ok().stderr_has("replay of run m: same");
+    let r = env.run_ids().into_iter().find(|id| !before.contains(id)).unwrap();
+    let m = env.manifest(&r);
+    assert_eq!(m["status"], "oom");
+    assert_eq!(m["resources"]["memory_limit"], 40 << 20);
+    assert_eq!(m["resources"]["pids_limit"], 16);
+    assert!(m["resources"]["group"].is_string(), "{}", m["resources"]);
+}
