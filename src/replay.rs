@@ -98,6 +98,12 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
             archive.display()
         )));
     }
+    let me = nix::unistd::getuid().as_raw();
+    // The path first, so that nothing is created for an archive of another
+    // user's; then the file that was read (the path may be swapped meanwhile).
+    if let Ok(meta) = std::fs::metadata(archive) {
+        foreign_archive(archive, std::os::unix::fs::MetadataExt::uid(&meta), me)?;
+    }
     restore::verify(archive)?;
     let restores = root.restores();
     crate::fsx::create_private_dirs(&restores).map_err(|e| Error::io("cannot create", &restores, e))?;
@@ -105,6 +111,7 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
     let target = restores.join(format!("replay-{millis}-{}", std::process::id()));
     let staged = restore::stage(archive, &target, Some(root), restore::Limits::default())?;
+    foreign_archive(archive, staged.archive_uid(), me)?;
     let report = staged.report();
     if !report.findings.is_empty() && !report.from_quarantine {
         return Err(Error::SecretsFound {
@@ -128,6 +135,20 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
     };
     check(&o)?;
     Ok(o)
+}
+
+/// Refuses an archive file owned by another user than the caller (or
+/// root): whoever can write an archive decides the command its manifest
+/// records, so, as for a run, nobody executes what another user recorded.
+fn foreign_archive(archive: &Path, owner: u32, me: u32) -> Result<()> {
+    if owner == me || owner == 0 {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "archive `{}` belongs to uid {owner}, not to you (uid {me}): replay runs the command an archive \
+         records, so only an archive of your own (or root's) is replayed",
+        archive.display()
+    )))
 }
 
 impl Original {

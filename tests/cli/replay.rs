@@ -434,3 +434,30 @@ fn only_the_user_who_recorded_a_run_replays_it() {
     env.run(&["replay", "theirs"]).code(125).one_line_error().stderr_has("recorded by uid 65534");
     assert_eq!(env.run_ids(), before);
 }
+
+#[test]
+fn an_archive_of_another_users_is_not_replayed() {
+    if !is_root() || skip(Who::Nobody, "replay_other_users_archive") {
+        return;
+    }
+    let env = Env::new();
+    // Whoever can write an archive chooses the command its manifest records:
+    // as a run of another user's, it is not executed for the caller.
+    let out = Out::from(
+        runws_as(
+            &env,
+            Who::Nobody,
+            &["run", "--run-id", "theirs", "--job", "j", "--seal", "--", "sh", "-c", "id -u | runws put uid.txt"],
+        )
+        .output()
+        .unwrap(),
+    );
+    out.ok();
+    let archive = env.root.join("archive/j/theirs.tar.zst");
+    assert!(archive.is_file());
+    std::fs::remove_dir_all(env.run_dir("theirs")).unwrap();
+    let before = env.run_ids();
+    env.run(&["replay", archive.to_str().unwrap()]).code(125).one_line_error().stderr_has("belongs to uid 65534");
+    assert_eq!(env.run_ids(), before, "the replay ran");
+    assert!(restores_left(&env).is_empty(), "left under restores/: {:?}", restores_left(&env));
+}
