@@ -203,6 +203,20 @@ fn check(o: &Original) -> Result<()> {
         },
         e => e,
     })?;
+    // Each top-level entry is given to the replay as `--input`, which
+    // follows the path it is given: a link there would copy whatever it
+    // points to. `--input` copies what its path names, so no run of runws's
+    // recorded one; the manifest was edited.
+    if let Some(link) = m.inputs.iter().find(|r| r.kind == "symlink" && !r.path.as_bytes().contains(&b'/')) {
+        return Err(Error::Integrity {
+            path: inputs_path.join(Path::new(std::ffi::OsStr::from_bytes(link.path.as_bytes()))),
+            expected: format!(
+                "{} (a symbolic link, which no --input records: run `{id}`'s evidence has changed since)",
+                link.sha256
+            ),
+            found: "a link the replay's --input would follow".into(),
+        });
+    }
     if let Some(w) = &m.worktree
         && !Path::new(&w.repo).is_dir()
     {

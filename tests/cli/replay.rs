@@ -461,3 +461,32 @@ fn an_archive_of_another_users_is_not_replayed() {
     assert_eq!(env.run_ids(), before, "the replay ran");
     assert!(restores_left(&env).is_empty(), "left under restores/: {:?}", restores_left(&env));
 }
+
+#[test]
+fn a_link_planted_at_the_top_of_inputs_is_refused_not_followed() {
+    let env = Env::new();
+    let secret = env.path("private/key");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, "not for the run\n").unwrap();
+    env.sh("planted", "true").ok();
+    // What a process the command left behind can do once runws has exited:
+    // a link at the top of inputs/, and a record that matches it.
+    let dir = env.run_dir("planted");
+    std::fs::create_dir_all(dir.join("inputs")).unwrap();
+    let target = secret.parent().unwrap().to_str().unwrap().to_string();
+    std::os::unix::fs::symlink(&target, dir.join("inputs/s")).unwrap();
+    let path = dir.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(target.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    m["inputs"] = serde_json::json!([{
+        "path": "s",
+        "kind": "symlink",
+        "bytes": target.len(),
+        "sha256": sha,
+    }]);
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    let before = env.run_ids();
+    env.run(&["replay", "planted"]).code(4).one_line_error().stderr_has("inputs/s").stderr_has("symbolic link");
+    assert_eq!(env.run_ids(), before, "a replay was created (and the link's target copied into it)");
+}
