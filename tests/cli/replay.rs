@@ -447,7 +447,18 @@ fn an_archive_of_another_users_is_not_replayed() {
         runws_as(
             &env,
             Who::Nobody,
-            &["run", "--run-id", "theirs", "--job", "j", "--seal", "--", "sh", "-c", "id -u | runws put uid.txt"],
+            &[
+                "run",
+                "--run-id",
+                "theirs",
+                "--job",
+                "j",
+                "--seal",
+                "--",
+                "sh",
+                "-c",
+                "id -u | runws put uid.txt",
+            ],
         )
         .output()
         .unwrap(),
@@ -457,7 +468,10 @@ fn an_archive_of_another_users_is_not_replayed() {
     assert!(archive.is_file());
     std::fs::remove_dir_all(env.run_dir("theirs")).unwrap();
     let before = env.run_ids();
-    env.run(&["replay", archive.to_str().unwrap()]).code(125).one_line_error().stderr_has("belongs to uid 65534");
+    env.run(&["replay", archive.to_str().unwrap()])
+        .code(125)
+        .one_line_error()
+        .stderr_has("belongs to uid 65534");
     assert_eq!(env.run_ids(), before, "the replay ran");
     assert!(restores_left(&env).is_empty(), "left under restores/: {:?}", restores_left(&env));
 }
@@ -487,6 +501,10 @@ fn a_link_planted_at_the_top_of_inputs_is_refused_not_followed() {
     }]);
     std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
     let before = env.run_ids();
-    env.run(&["replay", "planted"]).code(4).one_line_error().stderr_has("inputs/s").stderr_has("symbolic link");
+    env.run(&["replay", "planted"])
+        .code(4)
+        .one_line_error()
+        .stderr_has("inputs/s")
+        .stderr_has("symbolic link");
     assert_eq!(env.run_ids(), before, "a replay was created (and the link's target copied into it)");
 }
