@@ -339,7 +339,12 @@ fn resources(
     if let Some(mut g) = group {
         let left = g.kill_all();
         let u = g.usage();
-        g.remove();
+        for d in g.remove() {
+            eprintln!(
+                "runws: warning: cannot remove the run's control group `{}`: a process in it outlived the kill",
+                crate::shown::path(&d)
+            );
+        }
         if left > 0 {
             eprintln!("runws: killed {left} process(es) the command left in its control group");
             r.killed_left = Some(left);

@@ -271,3 +271,53 @@ fn a_replay_runs_under_the_limits_the_original_ran_under() {
     assert_eq!(m["resources"]["pids_limit"], 16);
     assert!(m["resources"]["group"].is_string(), "{}", m["resources"]);
 }
+
+#[test]
+fn processes_moved_into_a_group_inside_the_runs_or_out_of_one_hierarchy_are_killed_too() {
+    if !groups_here("nested_groups") {
+        return;
+    }
+    let env = Env::new();
+    let tag = unique_sleep();
+    // The command may write to its own group's directories: one sleeper in
+    // a group it makes inside each of them (where the group's cgroup.procs
+    // does not list it), and on cgroup v1, one moved out of the first
+    // hierarchy's group only (still in the others').
+    let script = format!(
+        r#"
+import json, os, subprocess
+dirs = json.load(open(os.environ["RUNWS_DIR"] + "/manifest.json"))["resources"]["group_dirs"]
+quiet = dict(start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+p = subprocess.Popen(["sleep", "{tag}"], **quiet)
+for d in dirs:
+    os.mkdir(d + "/inner")
+    open(d + "/inner/cgroup.procs", "w").write(str(p.pid))
+if len(dirs) > 1:
+    q = subprocess.Popen(["sleep", "{tag}"], **quiet)
+    open(os.path.dirname(dirs[0]) + "/cgroup.procs", "w").write(str(q.pid))
+"#
+    );
+    let out = env
+        .run(&["run", "--run-id", "n", "--memory", "128M", "--pids", "20", "--", "python3", "-c", &script]);
+    let left = std::process::Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    let left = String::from_utf8_lossy(&left.stdout).to_string();
+    for pid in left.split_whitespace() {
+        let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+    }
+    let r = resources(&env, "n");
+    let dirs: Vec<&str> = r["group_dirs"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    if !left.is_empty() {
+        let pids: Vec<i32> = left.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        wait_until(Duration::from_secs(5), || pids.iter().all(|p| !alive(*p)));
+        for d in &dirs {
+            let _ = std::fs::remove_dir(format!("{d}/inner"));
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    out.ok();
+    assert!(left.is_empty(), "outlived the run: {left}");
+    assert!(r["killed_left"].as_u64().unwrap() >= 1, "{r}");
+    for dir in dirs {
+        assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
+    }
+}
