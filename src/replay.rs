@@ -64,6 +64,9 @@ pub struct Options {
     pub path: Option<String>,
     /// `--sandbox` and its options; the original's isolation otherwise.
     pub sandbox: Option<sandbox::Options>,
+    /// `--limits=try` (`Some(true)`) or `--limits=on`; else `try` only when
+    /// the original ran without the limits it asked for.
+    pub limits_try: Option<bool>,
 }
 
 /// Reads and checks run `id` under `root`.
@@ -265,8 +268,9 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
             pids: r.pids_limit,
             cpu: r.cpu_limit.map(|c| c.clamp(0.01, 4096.0)),
             // Recorded as missing: it ran with `--limits=try` and without them.
-            try_mode: r.missing.is_some(),
+            try_mode: opts.limits_try.unwrap_or(r.missing.is_some()),
         };
+        crate::run::limits_available(&req.limits)?;
     }
     req.allow_import = m
         .sandbox

@@ -321,3 +321,32 @@ if len(dirs) > 1:
         assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
     }
 }
+
+#[test]
+fn a_replay_where_no_group_can_be_made_is_refused_unless_try() {
+    // As an ordinary user (nobody, when the tests run as root) no group can
+    // be made here unless a cgroup v2 subtree is delegated.
+    let who = if is_root() { Who::Nobody } else { Who::Me };
+    if who == Who::Me && groups_here("replay_limits_refused") {
+        eprintln!("skipped replay_limits_refused: this user may make control groups");
+        return;
+    }
+    let env = Env::new();
+    let as_who = |args: &[&str]| Out::from(runws_as(&env, who, args).output().unwrap());
+    // Run where the limits were not applied: replayed the same way.
+    as_who(&["run", "--run-id", "t", "--limits=try", "--memory", "64M", "--", "true"]).ok();
+    as_who(&["replay", "t"]).ok().stderr_has("running without limits");
+    // Run where they were (as a machine that could make the group records it).
+    let path = env.run_dir("t").join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["resources"].as_object_mut().unwrap().remove("missing");
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    let before = env.run_ids();
+    as_who(&["replay", "t"])
+        .code(125)
+        .one_line_error()
+        .stderr_has("cannot limit the run")
+        .stderr_has("--limits=try");
+    assert_eq!(env.run_ids(), before);
+    as_who(&["replay", "t", "--limits=try"]).ok().stderr_has("running without limits");
+}
