@@ -350,3 +350,22 @@ fn a_replay_where_no_group_can_be_made_is_refused_unless_try() {
     assert_eq!(env.run_ids(), before);
     as_who(&["replay", "t", "--limits=try"]).ok().stderr_has("running without limits");
 }
+
+#[test]
+fn a_memory_limit_too_small_for_the_exec_ends_the_command_not_runws() {
+    if !groups_here("tiny_memory") {
+        return;
+    }
+    let env = Env::new();
+    // The exec itself runs out of 4 KiB. Before it, the command is runws's
+    // child at its gate: were it sharing runws's memory, the out-of-memory
+    // killer (which ends every process sharing its victim's memory) would
+    // end runws too, leaving the run `running` and its group behind.
+    let out = env.run(&["run", "--run-id", "tiny", "--memory", "4096", "--", "true"]);
+    let m = env.manifest("tiny");
+    assert_eq!(m["status"], "oom", "{out:?}");
+    out.code(137);
+    for dir in m["resources"]["group_dirs"].as_array().unwrap() {
+        assert!(!std::path::Path::new(dir.as_str().unwrap()).exists(), "{dir} is left");
+    }
+}
