@@ -364,9 +364,10 @@ impl Group {
         u
     }
 
-    /// Removes the group's directories (each must be empty of processes).
-    pub fn remove(&mut self) {
-        remove_dirs(&std::mem::take(&mut self.dirs));
+    /// Removes the group's directories (each must be empty of processes);
+    /// returns those that could not be removed.
+    pub fn remove(&mut self) -> Vec<PathBuf> {
+        remove_dirs(&std::mem::take(&mut self.dirs))
     }
 }
 
@@ -379,43 +380,87 @@ impl Drop for Group {
     }
 }
 
-fn remove_dirs(dirs: &[PathBuf]) {
-    for d in dirs {
-        // A process that was just killed leaves the group a moment later:
-        // retry, waiting a little longer each time (about 0.4 s in all).
-        for i in 0..200u64 {
-            match fs::remove_dir(d) {
-                Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
-                    std::thread::sleep(Duration::from_micros(100 * (i + 1).min(20)))
+/// Removes each group's directory, the groups the command made inside it
+/// first; returns the directories that could not be removed.
+fn remove_dirs(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut left = Vec::new();
+    for top in dirs {
+        // Deepest first: a group is removed only once its children are.
+        for d in subtree(top).iter().rev() {
+            // A process that was just killed leaves the group a moment later:
+            // retry, waiting a little longer each time (about 0.4 s in all).
+            for i in 0..200u64 {
+                match fs::remove_dir(d) {
+                    Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                        std::thread::sleep(Duration::from_micros(100 * (i + 1).min(20)))
+                    }
+                    _ => break,
                 }
-                _ => break,
+            }
+            if d.is_dir() {
+                left.push(d.clone());
             }
         }
     }
+    left
+}
+
+/// `dir` and every group below it, parents before their children: the
+/// command may make groups inside its own (it may write to its group's
+/// directory) and move into them, where `cgroup.procs` of its group does
+/// not list it. Bounded, in depth and in number.
+fn subtree(dir: &Path) -> Vec<PathBuf> {
+    const MOST: usize = 4096;
+    let mut out = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() && out.len() < MOST {
+        let d = out[i].clone();
+        i += 1;
+        if d.components().count() > dir.components().count() + 32 {
+            continue;
+        }
+        let Ok(entries) = fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            // cgroupfs has no links; a directory entry's type is not followed.
+            if e.file_type().is_ok_and(|t| t.is_dir()) && out.len() < MOST {
+                out.push(e.path());
+            }
+        }
+    }
+    out
 }
 
 fn kill_members(dirs: &[PathBuf], v2: bool) -> u64 {
     let Some(first) = dirs.first() else { return 0 };
-    if v2 && write(first, "cgroup.kill", "1").is_ok() {
-        let n = members(first).len() as u64;
-        for _ in 0..500 {
-            if members(first).is_empty() {
-                break;
+    // Every group the run's processes may be in: on v1 a member may have
+    // been moved out of one hierarchy's group and not another's.
+    let groups = || -> Vec<PathBuf> { dirs.iter().flat_map(|d| subtree(d)).collect() };
+    if v2 {
+        let n = groups().iter().map(|g| members(g).len() as u64).sum::<u64>();
+        // `cgroup.kill` ends the whole subtree.
+        if write(first, "cgroup.kill", "1").is_ok() {
+            for _ in 0..500 {
+                if groups().iter().all(|g| members(g).is_empty()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis(2));
+            return n;
         }
-        return n;
     }
     let mut signalled = std::collections::BTreeSet::new();
     for _ in 0..500 {
-        let pids = members(first);
-        if pids.is_empty() {
-            break;
-        }
-        for pid in pids {
-            if signal_member(pid, first) {
-                signalled.insert(pid);
+        let mut any = false;
+        for g in groups() {
+            for pid in members(&g) {
+                any = true;
+                if signal_member(pid, &g) {
+                    signalled.insert(pid);
+                }
             }
+        }
+        if !any {
+            break;
         }
         std::thread::sleep(Duration::from_millis(1));
     }

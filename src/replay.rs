@@ -64,6 +64,9 @@ pub struct Options {
     pub path: Option<String>,
     /// `--sandbox` and its options; the original's isolation otherwise.
     pub sandbox: Option<sandbox::Options>,
+    /// `--limits=try` (`Some(true)`) or `--limits=on`; else `try` only when
+    /// the original ran without the limits it asked for.
+    pub limits_try: Option<bool>,
 }
 
 /// Reads and checks run `id` under `root`.
@@ -98,6 +101,12 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
             archive.display()
         )));
     }
+    let me = nix::unistd::getuid().as_raw();
+    // The path first, so that nothing is created for an archive of another
+    // user's; then the file that was read (the path may be swapped meanwhile).
+    if let Ok(meta) = std::fs::metadata(archive) {
+        foreign_archive(archive, std::os::unix::fs::MetadataExt::uid(&meta), me)?;
+    }
     restore::verify(archive)?;
     let restores = root.restores();
     crate::fsx::create_private_dirs(&restores).map_err(|e| Error::io("cannot create", &restores, e))?;
@@ -105,6 +114,7 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
     let target = restores.join(format!("replay-{millis}-{}", std::process::id()));
     let staged = restore::stage(archive, &target, Some(root), restore::Limits::default())?;
+    foreign_archive(archive, staged.archive_uid(), me)?;
     let report = staged.report();
     if !report.findings.is_empty() && !report.from_quarantine {
         return Err(Error::SecretsFound {
@@ -128,6 +138,20 @@ pub fn from_archive(root: &Root, archive: &Path, from_quarantine: bool) -> Resul
     };
     check(&o)?;
     Ok(o)
+}
+
+/// Refuses an archive file owned by another user than the caller (or
+/// root): whoever can write an archive decides the command its manifest
+/// records, so, as for a run, nobody executes what another user recorded.
+fn foreign_archive(archive: &Path, owner: u32, me: u32) -> Result<()> {
+    if owner == me || owner == 0 {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "archive `{}` belongs to uid {owner}, not to you (uid {me}): replay runs the command an archive \
+         records, so only an archive of your own (or root's) is replayed",
+        archive.display()
+    )))
 }
 
 impl Original {
@@ -182,6 +206,20 @@ fn check(o: &Original) -> Result<()> {
         },
         e => e,
     })?;
+    // Each top-level entry is given to the replay as `--input`, which
+    // follows the path it is given: a link there would copy whatever it
+    // points to. `--input` copies what its path names, so no run of runws's
+    // recorded one; the manifest was edited.
+    if let Some(link) = m.inputs.iter().find(|r| r.kind == "symlink" && !r.path.as_bytes().contains(&b'/')) {
+        return Err(Error::Integrity {
+            path: inputs_path.join(Path::new(std::ffi::OsStr::from_bytes(link.path.as_bytes()))),
+            expected: format!(
+                "{} (a symbolic link, which no --input records: run `{id}`'s evidence has changed since)",
+                link.sha256
+            ),
+            found: "a link the replay's --input would follow".into(),
+        });
+    }
     if let Some(w) = &m.worktree
         && !Path::new(&w.repo).is_dir()
     {
@@ -222,6 +260,18 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
     req.capture = m.capture;
     req.timeout = m.timeout_ms.map(Duration::from_millis);
     req.lease_ttl = Duration::from_millis(m.lease_ttl_ms).max(Duration::from_millis(30));
+    // The limits it ran under: a job that ran out of memory (or processes)
+    // under them is held to them again, not let loose on the machine.
+    if let Some(r) = &m.resources {
+        req.limits = crate::cgroup::Limits {
+            memory: r.memory_limit,
+            pids: r.pids_limit,
+            cpu: r.cpu_limit.map(|c| c.clamp(0.01, 4096.0)),
+            // Recorded as missing: it ran with `--limits=try` and without them.
+            try_mode: opts.limits_try.unwrap_or(r.missing.is_some()),
+        };
+        crate::run::limits_available(&req.limits)?;
+    }
     req.allow_import = m
         .sandbox
         .as_ref()

@@ -127,6 +127,8 @@ pub struct Staged {
     name: OsString,
     target: PathBuf,
     target_existed: bool,
+    /// The owner of the archive file that was read.
+    archive_uid: u32,
 }
 
 /// Extracts and scans all of `archive` within `limits` into a private
@@ -140,6 +142,7 @@ pub fn stage(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits)
     // One open file serves the extraction and the checksum, read once (see
     // `feed`), so a rename of another file over `archive` changes nothing.
     let file = open_archive(archive)?;
+    let archive_uid = std::os::unix::fs::MetadataExt::uid(&file.metadata().ctx("cannot stat", archive)?);
     let expected = expected_sha256(archive)?;
     let format = detect(archive, &file)?;
     let from_quarantine = in_quarantine(archive);
@@ -173,6 +176,7 @@ pub fn stage(archive: &Path, target: &Path, root: Option<&Root>, limits: Limits)
         name: name.to_owned(),
         target: target.to_path_buf(),
         target_existed,
+        archive_uid,
     })
 }
 
@@ -180,6 +184,11 @@ impl Staged {
     /// What the extraction wrote and the scan found.
     pub fn report(&self) -> &RestoreReport {
         &self.report
+    }
+
+    /// The owner of the archive file that was read (not of its path now).
+    pub fn archive_uid(&self) -> u32 {
+        self.archive_uid
     }
 
     /// The private staging directory the archive was extracted into,
@@ -191,7 +200,7 @@ impl Staged {
     /// Renames the staging directory onto the target in one step; refuses
     /// when something appeared at the target meanwhile.
     pub fn place(self) -> Result<RestoreReport> {
-        let Staged { report, extracted, staging, parent_dir, name, target, target_existed } = self;
+        let Staged { report, extracted, staging, parent_dir, name, target, target_existed, .. } = self;
         if let Err(e) = extracted.apply_dir_modes() {
             extracted.reopen_dirs();
             return Err(e);

@@ -128,6 +128,12 @@ pub struct Spec {
     /// when the kernel allows it (root), so that it needs no fork of its own
     /// to get there. Without that permission the child is forked as usual.
     pub pid_namespace: bool,
+    /// Fork the child (a copy of runws's memory) instead of sharing runws's
+    /// memory until its exec: a child put in a memory-limited control
+    /// group at its gate must not share it, or the kernel's out-of-memory
+    /// killer, which ends every process sharing its victim's memory, ends
+    /// runws too when the exec itself runs out of the limit.
+    pub own_memory: bool,
 }
 
 /// The most listening sockets a child gets (at 3, 4, ...): runws keeps its
@@ -204,7 +210,7 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     };
     let pid_namespace =
         if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
-    let started = launch::start(image, &fds, spec.foreground, in_process);
+    let started = launch::start(image, &fds, spec.foreground, in_process, !spec.own_memory);
     drop(pid_namespace);
     let (child, shared) = started.ctx("cannot start", &spec.program)?;
     drop(spec.in_process_keep);
@@ -497,6 +503,7 @@ mod tests {
             in_process: None,
             in_process_keep: Vec::new(),
             pid_namespace: false,
+            own_memory: false,
         }
     }
 

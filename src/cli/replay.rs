@@ -55,6 +55,12 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// `try`: replay without the original's limits (--memory, --pids, --cpu), and
+    /// record why, where no control group can be made here (by default such a replay
+    /// is refused, unless the original ran without them)
+    #[arg(long, value_name = "MODE", require_equals = true, value_parser = ["on", "try"])]
+    pub limits: Option<String>,
+
     /// Replay in this sandbox instead of the original's isolation (see `runws run --help`)
     #[arg(
         long,

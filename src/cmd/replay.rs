@@ -19,6 +19,7 @@ pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> any
         env_file: args.env_file.clone(),
         pass: args.pass.clone(),
         path: args.path.clone(),
+        limits_try: args.limits.as_deref().map(|m| m == "try"),
         sandbox: args.sandbox.as_deref().map(sandbox::mode).map(|(try_mode, backend)| sandbox::Options {
             kind: Kind::Sandbox,
             try_mode,

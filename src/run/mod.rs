@@ -30,7 +30,7 @@ mod status;
 
 pub use isolation::{Isolation, Note, Opened, Plain, Preparing};
 pub use lease::RunLease;
-pub use request::{Request, Stdin};
+pub use request::{Request, Stdin, limits_available};
 
 use std::path::PathBuf;
 

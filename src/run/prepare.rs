@@ -361,6 +361,7 @@ fn make(
         in_process: None,
         in_process_keep: Vec::new(),
         pid_namespace: false,
+        own_memory: false,
     };
     let at = Preparing { run, root, exe: &exe, allow_import: &req.allow_import, worktree: worktree.as_ref() };
     req.isolation.prepare(&at, &mut spec, m)?;

@@ -195,14 +195,7 @@ impl Request {
         for input in &self.inputs {
             std::fs::metadata(input).ctx("cannot read input", input)?;
         }
-        if self.limits.any()
-            && !self.limits.try_mode
-            && let Err(why) = crate::cgroup::available(&self.limits)
-        {
-            return Err(
-                Error::Usage(format!("cannot limit the run: {why}; --limits=try runs without")).into()
-            );
-        }
+        limits_available(&self.limits)?;
         Ok(Checked { req: self, id, job, root, invoked_from, grants })
     }
 
@@ -245,4 +238,15 @@ fn job_name(job: Option<&str>, program: &OsString) -> Result<String, Error> {
         job.truncate(workspace::MAX_RUN_ID);
     }
     Ok(job)
+}
+
+/// Refuses limits no control group can be made for here, unless `try`.
+pub fn limits_available(limits: &crate::cgroup::Limits) -> Result<(), Error> {
+    if limits.any()
+        && !limits.try_mode
+        && let Err(why) = crate::cgroup::available(limits)
+    {
+        return Err(Error::Usage(format!("cannot limit the run: {why}; --limits=try runs without")));
+    }
+    Ok(())
 }

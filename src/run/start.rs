@@ -80,7 +80,7 @@ impl<'r> Prepared<'r> {
             root,
             mut m,
             mut final_slot,
-            spec,
+            mut spec,
             cwd: _,
             capture,
             mut ports,
@@ -93,6 +93,9 @@ impl<'r> Prepared<'r> {
         let used_before = Used::now();
         let program = spec.program.clone();
         let terminal = spec.foreground.then(|| nix::sys::termios::tcgetattr(std::io::stdin()).ok());
+        // A child in a memory-limited group must not share runws's memory
+        // at its gate (see `Spec::own_memory`).
+        spec.own_memory = group.is_some() && req.limits.memory.is_some();
         // Fork, record the child, then let it exec.
         let bracket = procinfo::Bracket::open();
         let paused = match child::spawn_paused(spec) {
@@ -339,7 +342,12 @@ fn resources(
     if let Some(mut g) = group {
         let left = g.kill_all();
         let u = g.usage();
-        g.remove();
+        for d in g.remove() {
+            eprintln!(
+                "runws: warning: cannot remove the run's control group `{}`: a process in it outlived the kill",
+                crate::shown::path(&d)
+            );
+        }
         if left > 0 {
             eprintln!("runws: killed {left} process(es) the command left in its control group");
             r.killed_left = Some(left);

@@ -119,6 +119,7 @@ pub fn start(
     fds: &Descriptors<'_>,
     foreground: bool,
     in_process: Option<InProcess<'_>>,
+    share_memory: bool,
 ) -> std::io::Result<(Pid, Option<Shared>)> {
     let mut argv: Vec<*const libc::c_char> = image.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -164,7 +165,7 @@ pub fn start(
     };
     match in_process {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        None if SHARED_MEMORY_START => {
+        None if SHARED_MEMORY_START && share_memory => {
             let (pid, shared) = clone_vm(launch, held)?;
             Ok((pid, Some(shared)))
         }

@@ -239,3 +239,133 @@ fn a_sandboxed_run_is_limited_too() {
     out.code(137);
     assert_eq!(env.manifest("s")["status"], "oom");
 }
+
+#[test]
+fn a_replay_runs_under_the_limits_the_original_ran_under() {
+    if !groups_here("replay_limits") {
+        return;
+    }
+    let env = Env::new();
+    env.run(&[
+        "run",
+        "--run-id",
+        "m",
+        "--memory",
+        "40M",
+        "--pids",
+        "16",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(300 << 20)",
+    ])
+    .code(137);
+    // Let loose, the job would take 300M and succeed: a result that differs
+    // only because the replay dropped the limits, and a machine it could fill.
+    let before = env.run_ids();
+    env.run(&["replay", "m", "--expect", "same"]).ok().stderr_has("replay of run m: same");
+    let r = env.run_ids().into_iter().find(|id| !before.contains(id)).unwrap();
+    let m = env.manifest(&r);
+    assert_eq!(m["status"], "oom");
+    assert_eq!(m["resources"]["memory_limit"], 40 << 20);
+    assert_eq!(m["resources"]["pids_limit"], 16);
+    assert!(m["resources"]["group"].is_string(), "{}", m["resources"]);
+}
+
+#[test]
+fn processes_moved_into_a_group_inside_the_runs_or_out_of_one_hierarchy_are_killed_too() {
+    if !groups_here("nested_groups") {
+        return;
+    }
+    let env = Env::new();
+    let tag = unique_sleep();
+    // The command may write to its own group's directories: one sleeper in
+    // a group it makes inside each of them (where the group's cgroup.procs
+    // does not list it), and on cgroup v1, one moved out of the first
+    // hierarchy's group only (still in the others').
+    let script = format!(
+        r#"
+import json, os, subprocess
+dirs = json.load(open(os.environ["RUNWS_DIR"] + "/manifest.json"))["resources"]["group_dirs"]
+quiet = dict(start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+p = subprocess.Popen(["sleep", "{tag}"], **quiet)
+for d in dirs:
+    os.mkdir(d + "/inner")
+    open(d + "/inner/cgroup.procs", "w").write(str(p.pid))
+if len(dirs) > 1:
+    q = subprocess.Popen(["sleep", "{tag}"], **quiet)
+    open(os.path.dirname(dirs[0]) + "/cgroup.procs", "w").write(str(q.pid))
+"#
+    );
+    let out = env
+        .run(&["run", "--run-id", "n", "--memory", "128M", "--pids", "20", "--", "python3", "-c", &script]);
+    let left = std::process::Command::new("pgrep").args(["-f", &tag]).output().unwrap();
+    let left = String::from_utf8_lossy(&left.stdout).to_string();
+    for pid in left.split_whitespace() {
+        let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+    }
+    let r = resources(&env, "n");
+    let dirs: Vec<&str> = r["group_dirs"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+    if !left.is_empty() {
+        let pids: Vec<i32> = left.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        wait_until(Duration::from_secs(5), || pids.iter().all(|p| !alive(*p)));
+        for d in &dirs {
+            let _ = std::fs::remove_dir(format!("{d}/inner"));
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    out.ok();
+    assert!(left.is_empty(), "outlived the run: {left}");
+    assert!(r["killed_left"].as_u64().unwrap() >= 1, "{r}");
+    for dir in dirs {
+        assert!(!std::path::Path::new(dir).exists(), "{dir} is left");
+    }
+}
+
+#[test]
+fn a_replay_where_no_group_can_be_made_is_refused_unless_try() {
+    // As an ordinary user (nobody, when the tests run as root) no group can
+    // be made here unless a cgroup v2 subtree is delegated.
+    let who = if is_root() { Who::Nobody } else { Who::Me };
+    if who == Who::Me && groups_here("replay_limits_refused") {
+        eprintln!("skipped replay_limits_refused: this user may make control groups");
+        return;
+    }
+    let env = Env::new();
+    let as_who = |args: &[&str]| Out::from(runws_as(&env, who, args).output().unwrap());
+    // Run where the limits were not applied: replayed the same way.
+    as_who(&["run", "--run-id", "t", "--limits=try", "--memory", "64M", "--", "true"]).ok();
+    as_who(&["replay", "t"]).ok().stderr_has("running without limits");
+    // Run where they were (as a machine that could make the group records it).
+    let path = env.run_dir("t").join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["resources"].as_object_mut().unwrap().remove("missing");
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    let before = env.run_ids();
+    as_who(&["replay", "t"])
+        .code(125)
+        .one_line_error()
+        .stderr_has("cannot limit the run")
+        .stderr_has("--limits=try");
+    assert_eq!(env.run_ids(), before);
+    as_who(&["replay", "t", "--limits=try"]).ok().stderr_has("running without limits");
+}
+
+#[test]
+fn a_memory_limit_too_small_for_the_exec_ends_the_command_not_runws() {
+    if !groups_here("tiny_memory") {
+        return;
+    }
+    let env = Env::new();
+    // The exec itself runs out of 4 KiB. Before it, the command is runws's
+    // child at its gate: were it sharing runws's memory, the out-of-memory
+    // killer (which ends every process sharing its victim's memory) would
+    // end runws too, leaving the run `running` and its group behind.
+    let out = env.run(&["run", "--run-id", "tiny", "--memory", "4096", "--", "true"]);
+    let m = env.manifest("tiny");
+    assert_eq!(m["status"], "oom", "{out:?}");
+    out.code(137);
+    for dir in m["resources"]["group_dirs"].as_array().unwrap() {
+        assert!(!std::path::Path::new(dir.as_str().unwrap()).exists(), "{dir} is left");
+    }
+}

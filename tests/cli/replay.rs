@@ -434,3 +434,77 @@ fn only_the_user_who_recorded_a_run_replays_it() {
     env.run(&["replay", "theirs"]).code(125).one_line_error().stderr_has("recorded by uid 65534");
     assert_eq!(env.run_ids(), before);
 }
+
+#[test]
+fn an_archive_of_another_users_is_not_replayed() {
+    if !is_root() || skip(Who::Nobody, "replay_other_users_archive") {
+        return;
+    }
+    let env = Env::new();
+    // Whoever can write an archive chooses the command its manifest records:
+    // as a run of another user's, it is not executed for the caller.
+    let out = Out::from(
+        runws_as(
+            &env,
+            Who::Nobody,
+            &[
+                "run",
+                "--run-id",
+                "theirs",
+                "--job",
+                "j",
+                "--seal",
+                "--",
+                "sh",
+                "-c",
+                "id -u | runws put uid.txt",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    out.ok();
+    let archive = env.root.join("archive/j/theirs.tar.zst");
+    assert!(archive.is_file());
+    std::fs::remove_dir_all(env.run_dir("theirs")).unwrap();
+    let before = env.run_ids();
+    env.run(&["replay", archive.to_str().unwrap()])
+        .code(125)
+        .one_line_error()
+        .stderr_has("belongs to uid 65534");
+    assert_eq!(env.run_ids(), before, "the replay ran");
+    assert!(restores_left(&env).is_empty(), "left under restores/: {:?}", restores_left(&env));
+}
+
+#[test]
+fn a_link_planted_at_the_top_of_inputs_is_refused_not_followed() {
+    let env = Env::new();
+    let secret = env.path("private/key");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, "not for the run\n").unwrap();
+    env.sh("planted", "true").ok();
+    // What a process the command left behind can do once runws has exited:
+    // a link at the top of inputs/, and a record that matches it.
+    let dir = env.run_dir("planted");
+    std::fs::create_dir_all(dir.join("inputs")).unwrap();
+    let target = secret.parent().unwrap().to_str().unwrap().to_string();
+    std::os::unix::fs::symlink(&target, dir.join("inputs/s")).unwrap();
+    let path = dir.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(target.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    m["inputs"] = serde_json::json!([{
+        "path": "s",
+        "kind": "symlink",
+        "bytes": target.len(),
+        "sha256": sha,
+    }]);
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    let before = env.run_ids();
+    env.run(&["replay", "planted"])
+        .code(4)
+        .one_line_error()
+        .stderr_has("inputs/s")
+        .stderr_has("symbolic link");
+    assert_eq!(env.run_ids(), before, "a replay was created (and the link's target copied into it)");
+}
