@@ -399,6 +399,7 @@ fn the_command_under_landlock() {
     p.mounts.clear();
     p.landlock = Some(crate::sandbox::landlock::Rules {
         read: vec!["/usr".into(), "/etc".into()],
+        files: Vec::new(),
         write: vec!["/r/runs/x/work".into()],
         devices: vec!["/dev/null".into()],
         deny_tcp: true,
