@@ -38,6 +38,21 @@ pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> any
     // Not its command line, which may hold what should not be printed
     // (`show` prints it for whoever asks).
     eprintln!("runws: replaying run {of} (job {})", crate::shown::text(&original.m.job));
+    // What of this environment reaches the command, by name: a record a
+    // process of the original rewrote after its runws exited could name
+    // more than the original was given.
+    if !req.pass.is_empty() {
+        let names: Vec<String> = req.pass.iter().map(|n| crate::shown::text(n)).collect();
+        eprintln!("runws: passing from this environment: {}", names.join(", "));
+    }
+    let guarded =
+        original.m.sandbox.is_some() || original.m.resources.as_ref().is_some_and(|r| r.group.is_some());
+    if !guarded {
+        eprintln!(
+            "runws: note: run {of} had neither a sandbox nor a control group; a process it left behind \
+             could have changed its record after it ended (`runws show {of}` prints what is replayed)"
+        );
+    }
     let finished = crate::run::run(req)?;
     let replayed = manifest::read(&finished.run.dir)?;
     let comparison = replay::compare(&original.m, &replayed);

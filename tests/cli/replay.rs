@@ -508,3 +508,36 @@ fn a_link_planted_at_the_top_of_inputs_is_refused_not_followed() {
         .stderr_has("symbolic link");
     assert_eq!(env.run_ids(), before, "a replay was created (and the link's target copied into it)");
 }
+
+/// A plain run's record can be rewritten after its runws exits (by a
+/// process it left behind): a replay names every variable it passes from
+/// the caller's environment, and says that such a run's record was not
+/// defended, so a forged `*` does not pass everything unseen.
+#[test]
+fn a_replay_names_what_it_passes_and_warns_of_an_undefended_record() {
+    let env = Env::new();
+    env.sh("plain", "echo ok | runws put out.txt").ok();
+    let path = env.run_dir("plain").join("manifest.json");
+    let mut m = env.manifest("plain");
+    m["env"].as_array_mut().unwrap().push(serde_json::json!(
+        {"name": "*", "source": "pass", "granted": true, "present": false}
+    ));
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let out = env.run(&["replay", "plain"]);
+    out.ok()
+        .stderr_has("passing from this environment: *")
+        .stderr_has("neither a sandbox nor a control group");
+    // A sandboxed run's record was the run's to read only: no such note.
+    let who = if is_root() { Who::Nobody } else { Who::Me };
+    if skip(who, "a_replay_names_what_it_passes_and_warns_of_an_undefended_record") {
+        return;
+    }
+    let env = Env::new();
+    Out::from(
+        runws_as(&env, who, &["run", "--sandbox", "--run-id", "boxed", "--", "true"]).output_retrying(),
+    )
+    .ok();
+    let out = Out::from(runws_as(&env, who, &["replay", "boxed"]).output_retrying());
+    out.ok();
+    assert!(!out.stderr.contains("neither a sandbox"), "{out:?}");
+}
