@@ -37,7 +37,6 @@ def places():
         ("memory", [("memory.limit_in_bytes", GIB)]),
         ("pids", [("pids.max", "1000")]),
         ("cpu", [("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "200000")]),
-        ("cpuacct", []),
     ]:
         out.append((f"/sys/fs/cgroup/{c}" + own(c), files))
     return out

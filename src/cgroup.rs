@@ -243,9 +243,13 @@ impl Group {
         }
         let want = limits.needed();
         let (v2, mut dirs) = place(name, &want)?;
-        // For the accounting: the v1 hierarchies of the rest, where present.
+        // For the accounting: the v1 hierarchies of peak memory and
+        // processes, where present. CPU time needs no group of its own (a
+        // separate `cpuacct` hierarchy would cost every run a directory, a
+        // move and a removal): it comes from `getrusage` as for any run,
+        // unless `cpuacct` shares the `cpu` hierarchy the limit made.
         if !v2 {
-            for extra in ["memory", "pids", "cpuacct"] {
+            for extra in ["memory", "pids"] {
                 if !want.contains(&extra)
                     && let Ok((_, more)) = place(name, &[extra])
                 {

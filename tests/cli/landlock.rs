@@ -52,6 +52,7 @@ can("signal_outside", lambda: os.kill(int(victim), signal.SIGURG))
 can("see_outside", lambda: os.stat("/proc/%s" % victim))
 can("environ_outside", lambda: open("/proc/%s/environ" % victim, "rb").read())
 print("uid", os.getuid())
+can("setuid_mode", lambda: os.chmod("w.txt", 0o4755))
 can("exec", lambda: subprocess.run(["/bin/true"], check=True))
 print("guard", "yes" if subprocess.call(["runws", "put", "w", "w.txt"]) == 0 else "no")
 caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0]
@@ -162,6 +163,7 @@ fn a_landlocked_command_writes_only_its_run_and_reads_nothing_hidden() {
             "read_shadow",
             "signal_outside",
             "environ_outside",
+            "setuid_mode",
         ] {
             assert!(say(denied).starts_with("no"), "{denied} as {who:?}: {out:?}");
         }
