@@ -98,6 +98,33 @@ print_exports() {
     echo "export RUNWS_PG_DIR=$(printf '%q' "$dir")"
     echo "export RUNWS_TEST_PG_URL=postgres://$PG_USER_NAME:$PG_PASSWORD@127.0.0.1:$port/$PG_DATABASE"
     echo "export RUNWS_TEST_PG_CTL=$(printf '%q' "$(printf '%q ctl %q' "$self" "$dir")")"
+    # TLS: the CA that signed the server's certificate (for `localhost`
+    # only), another CA, and a database the server accepts over TLS only.
+    echo "export RUNWS_TEST_PG_CA=$(printf '%q' "$dir/tls/ca.crt")"
+    echo "export RUNWS_TEST_PG_OTHER_CA=$(printf '%q' "$dir/tls/other-ca.crt")"
+    echo "export RUNWS_TEST_PG_PORT=$port"
+    echo "export RUNWS_TEST_PG_TLS_ONLY_DB=${PG_DATABASE}_tls_only"
+}
+
+# A CA, a server certificate it signs for `localhost` (no IP address), and
+# a second CA that signed nothing: made when the cluster is made, never
+# kept anywhere else.
+make_certificates() {
+    local tls=$1
+    mkdir -p "$tls"
+    command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the test certificates"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=runws test CA" \
+        -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=runws other CA" \
+        -keyout "$tls/other-ca.key" -out "$tls/other-ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+        -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$tls/ext"
+    openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+        -days 2 -extfile "$tls/ext" -out "$tls/server.crt" 2>/dev/null
+    chmod 600 "$tls/server.key"
+    chmod 644 "$tls/ca.crt" "$tls/other-ca.crt"
+    rm -f "$tls/ca.key" "$tls/other-ca.key" "$tls/server.csr"
 }
 
 is_running() {
@@ -140,6 +167,15 @@ start() {
     as_user "$user" "$bin/initdb" -D "$dir/data" -U "$PG_USER_NAME" --pwfile="$dir/pwfile" \
         --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-instructions >&2
     rm -f "$dir/pwfile"
+    make_certificates "$dir/tls"
+    chown -R "$user" "$dir/tls"
+    chmod 755 "$dir" "$dir/tls"
+    # The TLS-only database first (the first matching line wins): no
+    # plaintext line names it, so the server refuses plaintext itself.
+    as_user "$user" sh -c "cat '$dir/data/pg_hba.conf' >'$dir/hba.rest' && {
+        echo 'hostssl ${PG_DATABASE}_tls_only all 127.0.0.1/32 scram-sha-256'
+        echo 'hostnossl ${PG_DATABASE}_tls_only all 127.0.0.1/32 reject'
+        cat '$dir/hba.rest'; } >'$dir/data/pg_hba.conf' && rm '$dir/hba.rest'"
 
     for tries in 1 2 3 4 5 6 7 8; do
         port=$((20000 + RANDOM % 40000))
@@ -151,11 +187,14 @@ port = $port
 unix_socket_directories = '$dir'
 fsync = on
 synchronous_commit = on
+ssl = on
+ssl_cert_file = '$dir/tls/server.crt'
+ssl_key_file = '$dir/tls/server.key'
 EOF
         echo "$port" >"$dir/port"
         if ctl "$dir" start; then
             as_user "$user" "$bin/psql" -h "$dir" -p "$port" -U "$PG_USER_NAME" -d postgres -v ON_ERROR_STOP=1 \
-                -q -c "CREATE DATABASE $PG_DATABASE" >&2
+                -q -c "CREATE DATABASE $PG_DATABASE" -c "CREATE DATABASE ${PG_DATABASE}_tls_only" >&2
             log "cluster in $dir listening on 127.0.0.1:$port"
             print_exports "$dir"
             return

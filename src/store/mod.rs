@@ -26,6 +26,8 @@
 
 mod file;
 #[cfg(feature = "postgres")]
+mod pgconn;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod sink;
 

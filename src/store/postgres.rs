@@ -99,7 +99,8 @@ const PUBLISHED_SAME: &str = "SELECT fencing_token, payload = $2 FROM runws_sink
 const READ_PUBLISHED: &str = "SELECT fencing_token, payload FROM runws_sink_v1 WHERE key = $1";
 
 pub struct PgStore {
-    config: postgres::Config,
+    target: super::pgconn::Target,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     /// The URL with its password hidden, for messages.
     shown: String,
     /// `None` after the connection broke; the next call reconnects.
@@ -116,8 +117,9 @@ impl PgStore {
     /// Connects and creates the tables if they are missing.
     pub fn connect(url: &str) -> Result<PgStore> {
         let shown = redact_url(url);
-        let mut config: postgres::Config =
-            url.parse().map_err(|e| Error::Usage(format!("invalid PostgreSQL URL `{shown}`: {e}")))?;
+        let mut target = super::pgconn::target(url, &super::pgconn::ProcessEnv)
+            .map_err(|e| Error::Usage(format!("invalid PostgreSQL URL `{shown}`: {e}")))?;
+        let config = &mut target.config;
         // An unreachable host should fail in seconds, not after the
         // system's TCP timeout.
         if config.get_connect_timeout().is_none() {
@@ -126,7 +128,14 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("runws");
         }
-        let mut store = PgStore { config, shown, conn: None };
+        config.ssl_mode(match target.mode {
+            super::pgconn::SslMode::Disable => postgres::config::SslMode::Disable,
+            super::pgconn::SslMode::Prefer => postgres::config::SslMode::Prefer,
+            _ => postgres::config::SslMode::Require,
+        });
+        let tls = super::pgconn::connector(&target)
+            .map_err(|why| Error::StoreUnreachable { store: shown.clone(), why })?;
+        let mut store = PgStore { target, tls, shown, conn: None };
         store.conn()?;
         Ok(store)
     }
@@ -136,10 +145,14 @@ impl PgStore {
             self.conn = None;
         }
         if self.conn.is_none() {
-            let mut client = self
-                .config
-                .connect(NoTls)
-                .map_err(|e| Error::StoreUnreachable { store: self.shown.clone(), why: e.to_string() })?;
+            let connected = match &self.tls {
+                Some(tls) => self.target.config.connect(tls.clone()),
+                None => self.target.config.connect(NoTls),
+            };
+            let mut client = connected.map_err(|e| Error::StoreUnreachable {
+                store: self.shown.clone(),
+                why: super::pgconn::explain(&e, &self.target),
+            })?;
             let setup = client
                 .batch_execute("SET synchronous_commit TO on")
                 .and_then(|()| create_schema(&mut client));

@@ -33,6 +33,7 @@ mod machine;
 mod many_inputs;
 mod monitoring;
 mod names;
+mod pg_tls;
 mod ports;
 mod privacy;
 mod progress;
