@@ -97,15 +97,27 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
     hidden.push(PathBuf::from("/dev"));
     hidden.retain(|h| h != Path::new("/"));
     let mut found = Found::default();
-    readable(Path::new("/"), &hidden, &mut found);
+    readable(Path::new("/"), &hidden, &hidden, &mut found);
     let Found { mut read, mut files } = found;
     for g in granted.iter().filter_map(canon) {
-        if !read.iter().any(|r| g.starts_with(r)) {
-            if !g.is_dir() {
-                files.push(g.clone());
-            }
-            read.push(g);
+        if read.iter().any(|r| g.starts_with(r)) {
+            continue;
         }
+        // A granted directory that holds a hidden path (`--ro` of a
+        // directory with a `--hide` below it, or above a home or ROOT) is
+        // granted as `/` is: every sibling on the way down, never the
+        // hidden path.
+        let below: Vec<PathBuf> = hidden.iter().filter(|h| h.starts_with(&g) && **h != g).cloned().collect();
+        if !below.is_empty() {
+            let mut found = Found { read: std::mem::take(&mut read), files: std::mem::take(&mut files) };
+            readable(&g, &below, &hidden, &mut found);
+            (read, files) = (found.read, found.files);
+            continue;
+        }
+        if !g.is_dir() {
+            files.push(g.clone());
+        }
+        read.push(g);
     }
     files.sort();
     let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
@@ -140,9 +152,10 @@ impl Found {
 /// Adds to `out` every hierarchy under `dir` that holds no hidden path:
 /// `dir` itself when none is below it, else each entry but the hidden ones,
 /// going down into those that hold one. A symlink is followed to what it
-/// names; one that leads into or above a hidden path grants nothing (its
-/// target, where readable, is granted by its own name).
-fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Found) {
+/// names; one that leads into or above a path of `never` (every hidden
+/// path, `hidden` being those below a directory granted again) grants
+/// nothing (its target, where readable, is granted by its own name).
+fn readable(dir: &Path, hidden: &[PathBuf], never: &[PathBuf], out: &mut Found) {
     let above_hidden = |p: &Path| hidden.iter().any(|h| h.starts_with(p) && h != p);
     let is_hidden = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
     if !above_hidden(dir) {
@@ -159,7 +172,7 @@ fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Found) {
     for (path, kind) in listed {
         if kind.is_symlink() {
             let Ok(target) = std::fs::canonicalize(&path) else { continue };
-            if is_hidden(&target) || above_hidden(&target) {
+            if never.iter().any(|h| target.starts_with(h) || h.starts_with(&target)) {
                 continue;
             }
             let dir = target.is_dir();
@@ -170,7 +183,7 @@ fn readable(dir: &Path, hidden: &[PathBuf], out: &mut Found) {
             continue;
         }
         if kind.is_dir() {
-            readable(&path, hidden, out);
+            readable(&path, hidden, never, out);
         } else {
             out.grant(path, false);
         }
@@ -281,7 +294,7 @@ mod tests {
         let base = std::fs::canonicalize(t.path()).unwrap();
         let secret = base.join("a/b/secret");
         let mut found = Found::default();
-        readable(&base, std::slice::from_ref(&secret), &mut found);
+        readable(&base, std::slice::from_ref(&secret), std::slice::from_ref(&secret), &mut found);
         let out = found.read;
         assert!(out.contains(&base.join("a/b/open")));
         assert!(out.contains(&base.join("a/c")));
@@ -300,7 +313,7 @@ mod tests {
         let t = tree();
         let base = std::fs::canonicalize(t.path()).unwrap();
         let mut found = Found::default();
-        readable(&base, &[], &mut found);
+        readable(&base, &[], &[], &mut found);
         assert_eq!(found.read, vec![base]);
     }
 
@@ -315,5 +328,19 @@ mod tests {
         assert!(!r.read.iter().any(|p| p == Path::new("/dev") || p == Path::new("/")));
         assert!(r.devices.contains(&PathBuf::from("/dev/null")));
         assert!(r.deny_tcp);
+    }
+
+    /// A granted directory that holds a hidden path is split as `/` is.
+    #[test]
+    fn a_granted_directory_over_a_hidden_path_is_granted_around_it() {
+        let t = tree();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let secret = base.join("a/b/secret");
+        let r = rules(&[base.clone(), secret.clone()], &[base.join("a")], &[], false);
+        assert!(r.read.contains(&base.join("a/b/open")), "{:?}", r.read);
+        assert!(r.read.contains(&base.join("a/c")), "{:?}", r.read);
+        for p in &r.read {
+            assert!(!p.starts_with(&secret) && !secret.starts_with(p), "{p:?} reaches the hidden path");
+        }
     }
 }

@@ -604,6 +604,20 @@ pub fn prepare_landlock(
             )));
         }
     }
+    // Nor can a writable directory keep a hidden path below it (a home,
+    // ROOT with the other runs, root's secrets) out of reach.
+    for w in &write {
+        if let Some(h) =
+            hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).find(|h| h.starts_with(w) && h != w)
+        {
+            return Err(Error::Usage(format!(
+                "`{}` is writable and holds the hidden `{}`: the Landlock backend cannot take access back \
+                 below a granted path (use --sandbox=ns)",
+                w.display(),
+                h.display()
+            )));
+        }
+    }
     let rules = landlock::rules(&hidden, &granted, &write, opts.net == Net::None);
     let plan = Plan {
         kind: Kind::Sandbox,

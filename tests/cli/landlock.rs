@@ -424,3 +424,49 @@ fn host_unix_sockets_stay_reachable_under_landlock() {
     let gaps = m["sandbox"]["not_covered"].as_array().unwrap();
     assert!(gaps.iter().any(|g| g.as_str().unwrap().contains("unix sockets")), "{m}");
 }
+
+/// A hidden path below a granted directory stays hidden: `--ro` of a
+/// directory with a `--hide` inside it, or of one that holds HOME and ROOT
+/// (or, as root, of `/etc`), grants every sibling on the way down instead
+/// of the whole directory, as the walk from `/` does; a writable directory,
+/// which cannot be split that way, is refused when it holds one.
+#[test]
+fn hidden_paths_below_a_granted_directory_stay_hidden() {
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    env.run(&["run", "--run-id", "other", "--", "sh", "-c", "echo other-secret > f"]).ok();
+    let other = env.run_dir("other").join("work/f");
+    let data = env.path("data");
+    std::fs::create_dir_all(data.join("secret")).unwrap();
+    std::fs::write(data.join("secret/x"), "data-secret").unwrap();
+    std::fs::write(data.join("open"), "data-open").unwrap();
+    std::fs::write(env.home.join("in-home"), "home-secret").unwrap();
+    let tmp = env.tmp.path().to_str().unwrap().to_string();
+    let d = data.to_str().unwrap().to_string();
+    let cat = |extra: &[&str], paths: &[&Path]| {
+        let mut args = vec!["run", "--sandbox=landlock"];
+        args.extend_from_slice(extra);
+        let script = paths.iter().map(|p| format!("cat '{}';", p.display())).collect::<String>();
+        args.extend_from_slice(&["--", "sh", "-c", &script]);
+        env.run(&args)
+    };
+    let out = cat(
+        &["--ro", &d, "--hide", &data.join("secret").to_string_lossy()],
+        &[&data.join("open"), &data.join("secret/x")],
+    );
+    assert!(out.stdout.contains("data-open"), "{out:?}");
+    assert!(!out.stdout.contains("data-secret"), "--hide inside --ro was readable: {out:?}");
+    let out = cat(&["--ro", &tmp], &[&data.join("open"), &env.home.join("in-home"), &other]);
+    assert!(out.stdout.contains("data-open"), "{out:?}");
+    assert!(!out.stdout.contains("home-secret"), "HOME inside --ro was readable: {out:?}");
+    assert!(!out.stdout.contains("other-secret"), "another run inside --ro was readable: {out:?}");
+    cat(&["--rw", &tmp], &[&other]).code(125).one_line_error().stderr_has("hidden");
+    cat(&["--cache", &tmp], &[&other]).code(125).one_line_error();
+    if is_root() {
+        let out = env.run(&["run", "--sandbox=landlock", "--ro", "/etc", "--", "head", "-c1", "/etc/shadow"]);
+        assert_ne!(out.code, Some(0), "/etc/shadow was readable through --ro /etc: {out:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "other-secret\n");
+}
