@@ -44,8 +44,7 @@ pub struct Rules {
     pub files: Vec<PathBuf>,
     /// Everything beneath each: create, write, remove, rename.
     pub write: Vec<PathBuf>,
-    /// Device files (and `/dev/pts`) the command may open for reading,
-    /// writing and ioctls.
+    /// Device files the command may open for reading, writing and ioctls.
     pub devices: Vec<PathBuf>,
     /// `--net none`: no TCP bind or connect (ABI 4 and later; the system-call
     /// filter refuses every socket but a unix one on any ABI).
@@ -54,17 +53,13 @@ pub struct Rules {
 
 /// The devices a command needs (the namespace backend's private `/dev`
 /// holds the same ones); every other device, a disk among them, stays out
-/// of reach, which matters as root.
-pub const DEVICES: [&str; 8] = [
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-];
+/// of reach, which matters as root. Not `/dev/pts` nor `/dev/ptmx`: the
+/// host's `/dev/pts` holds the user's other terminals (a shell in another
+/// window, where a password may be typed), which Landlock cannot tell from
+/// a terminal the command made; the command's own terminal stays usable
+/// through its descriptors and `/dev/tty`.
+pub const DEVICES: [&str; 6] =
+    ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
 
 /// Files only root may read that a root command (uid 0 without
 /// capabilities, so still the owner by file permissions) must not: hidden
@@ -74,12 +69,13 @@ pub const ROOT_SECRETS: [&str; 6] =
 
 /// What the Landlock backend does not do that the namespace backend does;
 /// recorded with every Landlock run and listed in the README.
-pub const NOT_COVERED: [&str; 5] = [
+pub const NOT_COVERED: [&str; 6] = [
     "other processes are visible in /proc (their details stay unreadable: Landlock refuses ptrace-like access across the run's boundary)",
     "/tmp, /var/tmp and /dev/shm are the host's, readable and not writable; TMPDIR is the run's tmp/",
     "no PID 1 of its own: processes the command leaves behind are reaped by runws, as for a plain run, and not killed at its end",
     "the host's file-system unix sockets can be connected to (Landlock ABI 9 restricts that; runws asks for ABI 7)",
     "with --net none, loopback too is closed: the run's ports cannot be used",
+    "no pseudo-terminal can be made (/dev/ptmx and /dev/pts are closed: the host's /dev/pts holds the user's other terminals)",
 ];
 
 /// The kernel's Landlock ABI, or `None` without Landlock.
@@ -259,8 +255,7 @@ pub fn enforce(rules: &Rules) -> Result<(), Refused> {
         for p in paths {
             // A path gone since runws listed it grants nothing.
             let Ok(fd) = PathFd::new(p) else { continue };
-            let file = rules.files.binary_search(p).is_ok()
-                || rules.devices.contains(p) && p != Path::new("/dev/pts");
+            let file = rules.files.binary_search(p).is_ok() || rules.devices.contains(p);
             let access = if file { access & file_only } else { access };
             created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
         }

@@ -470,3 +470,62 @@ fn hidden_paths_below_a_granted_directory_stay_hidden() {
     }
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "other-secret\n");
 }
+/// The run directory's top level is the command's to read, not to change:
+/// a command that takes the write and read bits off it and its manifest
+/// (the owner's right, which Landlock does not restrict) must not keep
+/// runws from recording the run's end, nor `show` from reading it.
+#[test]
+fn a_landlocked_command_cannot_keep_its_end_from_being_recorded() {
+    for who in everyone() {
+        if who == Who::Me && is_root() {
+            // root's runws reads and writes whatever the modes say.
+            continue;
+        }
+        let env = Env::new();
+        if no_landlock(&env, who) {
+            return;
+        }
+        let script = "chmod 0 \"$RUNWS_DIR\"/manifest.json \"$RUNWS_DIR\"/.manifest.json.final; \
+                      chmod 0500 \"$RUNWS_DIR\"; exit 7";
+        let out = Out::from(
+            runws_as(&env, who, &["run", "--sandbox=landlock", "--run-id", "m", "--", "sh", "-c", script])
+                .output_retrying(),
+        );
+        assert_eq!(out.code, Some(7), "the command's status as {who:?}: {out:?}");
+        Out::from(runws_as(&env, who, &["show", "m"]).output_retrying()).ok().stdout_has("exit");
+    }
+}
+
+/// The user's other terminals (`/dev/pts/N` of the same owner: a shell in
+/// another window, where a password may be typed) are out of reach: the
+/// command can neither read what is typed there nor write to it. The
+/// namespace backend gives the command a devpts of its own; Landlock cannot
+/// tell the command's own terminals from the user's, so it opens none.
+#[test]
+fn a_landlocked_command_cannot_open_another_terminal_of_its_user() {
+    if !Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    for who in everyone() {
+        let env = Env::new();
+        if no_landlock(&env, who) {
+            return;
+        }
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let name =
+            std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&pty.slave)))
+                .unwrap();
+        if who == Who::Nobody {
+            std::os::unix::fs::chown(&name, Some(65534), None).unwrap();
+        }
+        let code = format!(
+            "import os\ntry:\n    os.open({:?}, os.O_RDWR | os.O_NOCTTY)\n    print('OPENED')\nexcept OSError as e:\n    print('refused', e.errno)",
+            name.to_str().unwrap()
+        );
+        let out = Out::from(
+            runws_as(&env, who, &["run", "--sandbox=landlock", "--", "/usr/bin/python3", "-c", &code])
+                .output_retrying(),
+        );
+        out.ok().stdout_has("refused");
+    }
+}
