@@ -262,9 +262,17 @@ fn answer(
         }
         Request::Info => (json(&guard.manifest()?), Body::Nothing),
         Request::Claim { kind, value, repo } => {
-            if kind == ClaimKind::Pgid {
-                // Its numbers mean nothing outside the PID namespace, and
-                // every process of a sandboxed run ends with it anyway.
+            // Under namespaces its numbers mean nothing outside the PID
+            // namespace, and every process of the run ends with it anyway;
+            // under Landlock the numbers are the host's, and a group left
+            // behind outlives the run: recorded for the reaper, as in a
+            // plain run.
+            let landlocked = || {
+                guard.manifest().map(|m| {
+                    m.sandbox.and_then(|s| s.backend) == Some(crate::manifest::sandbox::Backend::Landlock)
+                })
+            };
+            if kind == ClaimKind::Pgid && !landlocked()? {
                 (serde_json::Value::Null, Body::Nothing)
             } else {
                 (json(&guard.claim(&kind, &value, repo.as_deref())?), Body::Nothing)

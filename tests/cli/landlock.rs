@@ -529,3 +529,27 @@ fn a_landlocked_command_cannot_open_another_terminal_of_its_user() {
         out.ok().stdout_has("refused");
     }
 }
+
+/// Without a PID namespace a process group the command leaves behind
+/// outlives the run: `runws claim pgid` inside a Landlock run is recorded
+/// for the reaper, as in a plain run (the namespace backend may drop it,
+/// its groups ending with the run).
+#[test]
+fn a_landlocked_claim_of_a_process_group_is_recorded() {
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let marker = format!("landlock-claim-{}", std::process::id());
+    let script = format!(
+        "setsid sh -c 'sleep 30; echo {marker}' </dev/null >/dev/null 2>&1 & runws claim pgid $! && echo claimed $!"
+    );
+    let out = env.run(&["run", "--sandbox=landlock", "--run-id", "c", "--", "sh", "-c", &script]);
+    for pid in crate::sandbox::processes_with(&marker) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    out.ok().stdout_has("claimed");
+    let m = env.manifest("c");
+    let claims = m["claims"].as_array().cloned().unwrap_or_default();
+    assert!(claims.iter().any(|c| c["kind"] == "pgid"), "the group was not recorded: {m}");
+}
