@@ -148,6 +148,9 @@ impl Isolation for Isolated {
         if let Some(raw) = setup.command_status() {
             *outcome = Outcome::from_wait_status(raw, outcome.timed_out);
         }
+        if setup.landlock {
+            super::restore_top_modes(run.path());
+        }
         // Nothing of the run is alive any more; what it left in the parts of
         // REPO's `.git` it could write, for a later git to follow, goes.
         if let Some(common) = &setup.git_common {

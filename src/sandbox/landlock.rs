@@ -69,14 +69,27 @@ pub const ROOT_SECRETS: [&str; 6] =
 
 /// What the Landlock backend does not do that the namespace backend does;
 /// recorded with every Landlock run and listed in the README.
-pub const NOT_COVERED: [&str; 6] = [
-    "other processes are visible in /proc (their details stay unreadable: Landlock refuses ptrace-like access across the run's boundary)",
-    "/tmp, /var/tmp and /dev/shm are the host's, readable and not writable; TMPDIR is the run's tmp/",
-    "no PID 1 of its own: processes the command leaves behind are reaped by runws, as for a plain run, and not killed at its end",
-    "the host's file-system unix sockets can be connected to (Landlock ABI 9 restricts that; runws asks for ABI 7)",
-    "with --net none, loopback too is closed: the run's ports cannot be used",
-    "no pseudo-terminal can be made (/dev/ptmx and /dev/pts are closed: the host's /dev/pts holds the user's other terminals)",
-];
+pub fn not_covered(root: bool) -> Vec<String> {
+    let mut out: Vec<String> = [
+        "other processes are visible in /proc (their details stay unreadable: Landlock refuses ptrace-like access across the run's boundary)",
+        "/tmp, /var/tmp and /dev/shm are the host's, readable and not writable; TMPDIR is the run's tmp/",
+        "no PID 1 of its own: processes the command leaves behind are reaped by runws, as for a plain run, and not killed at its end",
+        "the host's file-system unix sockets can be connected to (Landlock ABI 9 restricts that; runws asks for ABI 7)",
+        "with --net none, loopback too is closed: the run's ports cannot be bound or connected to (sockets handed over with --listen still accept)",
+        "no pseudo-terminal can be made (/dev/ptmx and /dev/pts are closed: the host's /dev/pts holds the user's other terminals)",
+        "modes and times of files the user owns can be changed anywhere, hidden ones included (Landlock restricts no chmod, chown, utimes or setxattr)",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if root {
+        out.push(
+            "as root the command is uid 0 without capabilities: a file only root may read is readable where reads are allowed, unless hidden (runws hides /etc/shadow, /etc/gshadow, /etc/sudoers, /etc/ssh)"
+                .into(),
+        );
+    }
+    out
+}
 
 /// The kernel's Landlock ABI, or `None` without Landlock.
 pub fn abi() -> Option<u32> {

@@ -156,6 +156,31 @@ pub struct Setup {
     /// With `--worktree`: REPO's shared `.git`, parts of which the run could
     /// write (see `git::remove_planted`).
     pub git_common: Option<PathBuf>,
+    /// The Landlock backend: the command may change the modes of what its
+    /// user owns, the run directory's top level included (see
+    /// [`restore_top_modes`]).
+    pub landlock: bool,
+}
+
+/// Puts back the modes of the run directory and its manifest files, which
+/// a command under Landlock may change (it owns them; Landlock restricts no
+/// `chmod`) to keep runws from recording its end. The top level holds only
+/// runws's entries there (the command can create, remove or replace none),
+/// so the names are runws's own files.
+pub fn restore_top_modes(run_dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, mode: u32| {
+        if let Ok(m) = std::fs::symlink_metadata(p)
+            && !m.file_type().is_symlink()
+            && m.permissions().mode() & 0o7777 != mode
+        {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+        }
+    };
+    set(run_dir, 0o700);
+    for name in [crate::workspace::MANIFEST, crate::workspace::FINAL_TEMP] {
+        set(&run_dir.join(name), 0o644);
+    }
 }
 
 impl Setup {

@@ -511,6 +511,7 @@ pub fn prepare(
         json: opts.json,
         missing,
         git_common: None,
+        landlock: false,
     })
 }
 
@@ -658,7 +659,7 @@ pub fn prepare_landlock(
         backend: Some(super::Backend::Landlock),
         chosen_because: why,
         enforced: enforced.into_iter().map(|(protection, by)| super::Enforced { protection, by }).collect(),
-        not_covered: landlock::NOT_COVERED.iter().map(|s| s.to_string()).collect(),
+        not_covered: landlock::not_covered(uid == 0),
         landlock: Some(super::LandlockRecord {
             abi: abi.unwrap_or(0),
             hidden: shown(&hidden),
@@ -684,6 +685,7 @@ pub fn prepare_landlock(
         json: opts.json,
         missing,
         git_common: None,
+        landlock: true,
     })
 }
 

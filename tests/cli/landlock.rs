@@ -5,6 +5,7 @@
 //! `user.max_user_namespaces=0` sets on a host); and the refusals of what
 //! Landlock cannot express.
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
@@ -552,4 +553,38 @@ fn a_landlocked_claim_of_a_process_group_is_recorded() {
     let m = env.manifest("c");
     let claims = m["claims"].as_array().cloned().unwrap_or_default();
     assert!(claims.iter().any(|c| c["kind"] == "pgid"), "the group was not recorded: {m}");
+}
+
+/// What Landlock leaves to file permissions, held to the README: the
+/// command may change the mode and times of any file its user owns, hidden
+/// ones included (Landlock restricts no metadata change), and as root it
+/// reads a file only root may read unless that file is hidden (it is uid 0
+/// without capabilities). The namespace backend allows neither.
+#[test]
+fn what_landlock_leaves_to_file_permissions() {
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let owned = env.home.join("owned.txt");
+    std::fs::write(&owned, "mine").unwrap();
+    std::fs::set_permissions(&owned, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script =
+        format!("chmod 0640 {0} && echo CHMOD; cat {0} >/dev/null 2>&1 || echo HIDDEN", owned.display());
+    env.run(&["run", "--sandbox=landlock", "--", "sh", "-c", &script])
+        .ok()
+        .stdout_has("CHMOD")
+        .stdout_has("HIDDEN");
+    assert_eq!(std::fs::metadata(&owned).unwrap().permissions().mode() & 0o777, 0o640);
+    if is_root() {
+        let root_only = env.path("root-only.key");
+        std::fs::write(&root_only, "root only").unwrap();
+        std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let script = format!("cat {}", root_only.display());
+        env.run(&["run", "--sandbox=landlock", "--", "sh", "-c", &script]).ok().stdout_has("root only");
+        let m = env.run(&["show", "--json", "last"]);
+        assert!(m.stdout.contains("only root may read"), "{}", m.stdout);
+    }
+    let m = env.run(&["show", "--json", "last"]);
+    assert!(m.stdout.contains("modes and times"), "{}", m.stdout);
 }
