@@ -314,9 +314,23 @@ impl Group {
         Ok(())
     }
 
-    /// The group's directory that holds `file`.
+    /// The group's directory that holds `file`, by the controller its name
+    /// starts with (`memory.max`: the memory controller's), from what is
+    /// known of the mounts: no look at the file system. Whether the file
+    /// exists (`memory.swap.max` without swap) shows when it is opened.
     fn dir_with(&self, file: &str) -> Option<PathBuf> {
-        self.dirs.iter().find(|d| d.join(file).exists()).cloned()
+        if self.v2 {
+            return self.dirs.first().cloned();
+        }
+        let controller = file.split('.').next().unwrap_or_default();
+        let all = mounts();
+        self.dirs
+            .iter()
+            .find(|d| {
+                all.iter()
+                    .any(|m| !m.v2 && d.starts_with(&m.at) && m.controllers.iter().any(|c| c == controller))
+            })
+            .cloned()
     }
 
     /// Its directories: for the record, so that a reaper in another group
