@@ -157,6 +157,15 @@ impl Request {
         let id = match &self.run_id {
             Some(id) => {
                 workspace::check_run_id(id)?;
+                // `show last`, `seal last` and `replay last` mean the newest
+                // run: a run named `last` could never be named.
+                if id == "last" {
+                    return Err(Error::Usage(
+                        "--run-id `last` is reserved: `last` names the newest run in show, seal and replay"
+                            .into(),
+                    )
+                    .into());
+                }
                 id.clone()
             }
             None => workspace::new_run_id()?,

@@ -11,6 +11,8 @@ fn bad_run_ids_are_refused_before_anything_is_created() {
         let arg = format!("--run-id={id}");
         env.run(&["run", &arg, "--", "true"]).code(125).one_line_error().stderr_has("invalid run id");
     }
+    // `last` names the newest run wherever a run is named: reserved.
+    env.run(&["run", "--run-id", "last", "--", "true"]).code(125).one_line_error().stderr_has("reserved");
     let out =
         Out::from(env.cmd(&["run", "--", "true"]).env("RUNWS_RUN_ID", "../../escape").output().unwrap());
     out.code(125).stderr_has("invalid run id");
