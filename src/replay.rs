@@ -329,7 +329,17 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
 /// replayed in the same sandbox, an audited one under audit.
 fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
     let s = m.sandbox.as_ref()?;
-    let paths = |l: &[String]| l.iter().map(PathBuf::from).collect::<Vec<_>>();
+    // `--rw`, `--ro` and `--hide` as given: a relative one was found from
+    // where the original was started, and is found from there again.
+    let from = Path::new(&m.invoked_from);
+    let paths = |l: &[String]| {
+        l.iter()
+            .map(|p| match Path::new(p) {
+                p if p.is_relative() && from.is_absolute() => from.join(p),
+                p => p.to_path_buf(),
+            })
+            .collect::<Vec<_>>()
+    };
     Some(match s.kind {
         Kind::Sandbox => sandbox::Options {
             kind: Kind::Sandbox,

@@ -541,3 +541,32 @@ fn a_replay_names_what_it_passes_and_warns_of_an_undefended_record() {
     out.ok();
     assert!(!out.stderr.contains("neither a sandbox"), "{out:?}");
 }
+
+/// A relative `--rw` of the original is found from where the original was
+/// started, not from where the replay is: the same directory is writable
+/// again (each backend the machine has).
+#[test]
+fn a_relative_rw_is_replayed_against_where_the_original_started() {
+    if skip(Who::Me, "replay_relative_rw") {
+        return;
+    }
+    for backend in ["--sandbox=ns", "--sandbox=landlock"] {
+        let env = Env::new();
+        std::fs::create_dir_all(env.path("shared")).unwrap();
+        let write =
+            format!("echo wrote > {}/out.txt && runws put x.txt < /dev/null", env.path("shared").display());
+        let out = env.run(&["run", "--run-id", "o", backend, "--rw", "shared", "--", "sh", "-c", &write]);
+        if out.code == Some(125) {
+            eprintln!("skipped {backend}: {}", out.stderr.trim());
+            continue;
+        }
+        out.ok();
+        std::fs::remove_file(env.path("shared/out.txt")).unwrap();
+        // The replay starts elsewhere, where `shared` does not exist.
+        let elsewhere = env.path("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let replayed = Out::from(env.cmd(&["replay", "o"]).current_dir(&elsewhere).output().unwrap());
+        replayed.ok();
+        assert_eq!(std::fs::read_to_string(env.path("shared/out.txt")).unwrap(), "wrote\n", "{backend}");
+    }
+}
