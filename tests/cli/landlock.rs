@@ -370,8 +370,14 @@ fn leftovers_outlive_a_landlocked_run_unless_it_has_a_group() {
     let marker = format!("landlock-left-{}", std::process::id());
     let script = format!("setsid sh -c 'sleep 30; echo {marker}' </dev/null >/dev/null 2>&1 &");
     env.run(&["run", "--sandbox=landlock", "--", "sh", "-c", &script]).ok();
-    let left = crate::sandbox::processes_with(&marker);
-    assert!(!left.is_empty(), "the leftover should still run");
+    // Seen once it is past its execs (a process in the middle of one shows
+    // no command line for a moment).
+    let mut left = Vec::new();
+    let seen = wait_until(std::time::Duration::from_secs(10), || {
+        left = crate::sandbox::processes_with(&marker);
+        !left.is_empty()
+    });
+    assert!(seen, "the leftover should still run");
     for pid in left {
         // The leftover leads its own session and process group.
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
