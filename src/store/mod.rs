@@ -391,12 +391,43 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `s` with its `%xx` escapes decoded, best effort (for matching a key).
+fn decoded(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match s.get(i + 1..i + 3).filter(|h| b[i] == b'%' && h.bytes().all(|c| c.is_ascii_hexdigit())) {
+            Some(h) => {
+                out.push(u8::from_str_radix(h, 16).unwrap_or(b'%'));
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `url` with any password replaced, for messages.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let mut authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    // A password holding an unescaped `/` or `?` ends the authority early
+    // (libpq reads no password then, and runws connects with none), but it
+    // is still what was typed as a secret: hidden up to its `@`, unless that
+    // `@` is in a query value (`?user=ann@db`).
+    if !rest[..authority_end].contains('@')
+        && rest[..authority_end].contains(':')
+        && let Some(at) = rest.find('@')
+        && !rest[..at].split_once('?').is_some_and(|(_, q)| q.contains('='))
+    {
+        authority_end = at + rest[at..].find(['/', '?']).unwrap_or(rest.len() - at);
+    }
     let (authority, tail) = rest.split_at(authority_end);
     let authority = match authority.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
@@ -410,7 +441,8 @@ pub(crate) fn redact_url(url: &str) -> String {
             let params: Vec<String> = query
                 .split('&')
                 .map(|p| match p.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    // The key as the parser reads it, `%xx` decoded.
+                    Some((k, _)) if decoded(k).eq_ignore_ascii_case("password") => format!("{k}=***"),
                     _ => p.to_string(),
                 })
                 .collect();

@@ -12,7 +12,8 @@
 //!
 //! `sslrootcert` (or `PGSSLROOTCERT`, else `~/.postgresql/root.crt` when it
 //! exists) is a PEM file of CA certificates; `system` takes the system's
-//! (`SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`).
+//! (`SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`), and makes
+//! `verify-full` the default and weaker modes an error (libpq 16).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,7 +98,11 @@ fn percent_decode(s: &str) -> Result<String, String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(|| format!("bad escape in `{s}`"))?;
+            // Two hex digits, nothing else (`from_str_radix` takes a sign).
+            let hex = s
+                .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                .ok_or_else(|| format!("bad escape in `{s}`"))?;
             out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape in `{s}`"))?);
             i += 3;
         } else {
@@ -115,27 +120,59 @@ fn percent_decode(s: &str) -> Result<String, String> {
 pub fn target(url: &str, env: &dyn Env) -> Result<Target, String> {
     // runws's own parameters come out of the query; the rest is the
     // client library's to parse.
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, q),
-        None => (url, ""),
+    //
+    // libpq reads a user and password in the authority only (up to the
+    // first `/` or `?`); the client library takes them up to the first `@`
+    // anywhere, which would read a password holding an unescaped `/` (one
+    // the redacted URL shows) or take `?user=ann@db` for credentials and
+    // `db` for the host. So any later `@` reaches it escaped, as `%40`,
+    // which it decodes back in the database name and query.
+    let (scheme, after) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = after.find(['/', '?']).unwrap_or(after.len());
+    let (authority, tail) = after.split_at(authority_end);
+    let tail = tail.replace('@', "%40");
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (tail.as_str(), ""),
     };
     let mut mode = None;
     let mut root_cert = None;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+        // libpq decodes keys as well as values.
+        match percent_decode(k)?.as_str() {
             "sslmode" => mode = Some(SslMode::parse(&percent_decode(v)?)?),
             "sslrootcert" => root_cert = Some(percent_decode(v)?),
             _ => kept.push(pair),
         }
     }
-    let rest = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
-    let mut config: postgres::Config = rest.parse().map_err(|e| format!("{e}"))?;
+    let base = format!("{scheme}://{authority}{path}");
+    let rest = if kept.is_empty() { base } else { format!("{base}?{}", kept.join("&")) };
+    let mut config: postgres::Config = rest.parse().map_err(|e: postgres::Error| {
+        use std::error::Error as _;
+        // The cause (`unknown option `sslcert``) is in the source; neither
+        // names a password.
+        match e.source() {
+            Some(why) => format!("{e}: {why}"),
+            None => e.to_string(),
+        }
+    })?;
+    // A `hostaddr` without a host names no host: TLS gets `localhost`
+    // (which only verify-full would check, and it is refused below), the
+    // password file the address, as libpq matches it.
+    let mut named = true;
     if config.get_hosts().is_empty() {
         match env.var("PGHOST") {
             Some(h) if h.starts_with('/') => config.host_path(h),
             Some(h) => config.host(&h),
+            None if !config.get_hostaddrs().is_empty() => {
+                named = false;
+                for _ in 0..config.get_hostaddrs().len() {
+                    config.host("localhost");
+                }
+                &mut config
+            }
             None => config.host("localhost"),
         };
     }
@@ -157,8 +194,9 @@ pub fn target(url: &str, env: &dyn Env) -> Result<Target, String> {
     {
         config.dbname(&d);
     }
-    let host = match config.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+    let host = match (config.get_hosts().first(), config.get_hostaddrs().first()) {
+        (_, Some(addr)) if !named => addr.to_string(),
+        (Some(postgres::config::Host::Tcp(h)), _) => h.clone(),
         _ => "localhost".to_string(),
     };
     let mut password_from = None;
@@ -172,16 +210,36 @@ pub fn target(url: &str, env: &dyn Env) -> Result<Target, String> {
         }
     }
     let mode = match mode {
-        Some(m) => m,
+        Some(m) => Some(m),
         None => match env.var("PGSSLMODE") {
-            Some(m) => SslMode::parse(&m).map_err(|e| format!("PGSSLMODE: {e}"))?,
-            None => SslMode::Prefer,
+            Some(m) => Some(SslMode::parse(&m).map_err(|e| format!("PGSSLMODE: {e}"))?),
+            None => None,
         },
     };
     let root_cert = root_cert.or_else(|| env.var("PGSSLROOTCERT")).map(PathBuf::from).or_else(|| {
         let default = env.home()?.join(".postgresql/root.crt");
         default.exists().then_some(default)
     });
+    // libpq (16): the system's roots make verify-full the default and any
+    // weaker mode an error, since any public CA signs a name for whoever
+    // holds it.
+    let system = root_cert.as_deref() == Some(Path::new("system"));
+    let mode = match mode {
+        Some(m) if system && m != SslMode::VerifyFull => {
+            return Err(format!(
+                "sslrootcert=system needs sslmode=verify-full, not {} (a public CA signs names for anyone)",
+                m.name()
+            ));
+        }
+        Some(m) => m,
+        None if system => SslMode::VerifyFull,
+        None => SslMode::Prefer,
+    };
+    if mode == SslMode::VerifyFull && !named {
+        return Err("sslmode=verify-full needs a host name to check the server's certificate against: \
+                    hostaddr alone names none (give host= as well)"
+            .into());
+    }
     // libpq: `require` with a root certificate checks the chain.
     let mode = if mode == SslMode::Require && root_cert.is_some() { SslMode::VerifyCa } else { mode };
     Ok(Target { config, mode, root_cert, host, password_from })
@@ -218,28 +276,41 @@ fn from_password_file(config: &postgres::Config, host: &str, env: &dyn Env) -> O
         if fields.len() < 5 {
             continue;
         }
-        if want.iter().zip(&fields).all(|(w, f)| f == "*" || f == w) {
-            return Some((path, fields[4..].join(":")));
+        // A bare `*` matches anything; an escaped one is a star. The
+        // password ends at the next unescaped `:`, as libpq reads it.
+        if want.iter().zip(&fields).all(|(w, (f, star))| *star || f == w) {
+            return Some((path, fields[4].0.clone()));
         }
     }
     None
 }
 
-/// Splits a password-file line at unescaped `:`, unescaping `\:` and `\\`.
-fn split_escaped(line: &str) -> Vec<String> {
-    let mut out = vec![String::new()];
+/// Splits a password-file line at unescaped `:`, unescaping `\:` and `\\`:
+/// each field, and whether it was a bare `*`.
+fn split_escaped(line: &str) -> Vec<(String, bool)> {
+    let mut out = vec![(String::new(), false)];
+    let mut raw = String::new();
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         match c {
             '\\' => {
+                raw.push(c);
                 if let Some(n) = chars.next() {
-                    out.last_mut().expect("one field at least").push(n);
+                    out.last_mut().expect("one field at least").0.push(n);
                 }
             }
-            ':' => out.push(String::new()),
-            c => out.last_mut().expect("one field at least").push(c),
+            ':' => {
+                out.last_mut().expect("one field at least").1 = raw == "*";
+                raw.clear();
+                out.push((String::new(), false));
+            }
+            c => {
+                raw.push(c);
+                out.last_mut().expect("one field at least").0.push(c);
+            }
         }
     }
+    out.last_mut().expect("one field at least").1 = raw == "*";
     out
 }
 
@@ -509,6 +580,77 @@ mod tests {
         // Readable by others: ignored.
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(target("postgres://ann@h/jobs", &e).unwrap().config.get_password(), None);
+    }
+
+    #[test]
+    fn credentials_are_read_from_the_authority_only() {
+        // libpq: the user and password end the authority; an `@` in a query
+        // value (an Azure-style `user@server`) is part of that value.
+        let t = target("postgres://db.example:5433/jobs?user=alice@db", &env(&[], None)).unwrap();
+        assert_eq!((t.host.as_str(), t.config.get_user()), ("db.example", Some("alice@db")));
+        assert_eq!(t.config.get_ports(), &[5433]);
+        // An unescaped `/` in a password ends the authority, as libpq reads it:
+        // never a password the redacted URL would show.
+        if let Ok(t) = target("postgres://u:pa/ss@h/d", &env(&[], None)) {
+            assert_ne!(t.config.get_password(), Some(&b"pa/ss"[..]));
+            assert_ne!(t.host, "h");
+        }
+    }
+
+    #[test]
+    fn query_keys_and_values_are_percent_decoded_strictly() {
+        let e = env(&[], None);
+        // libpq decodes keys too: this is sslmode.
+        assert_eq!(target("postgres://u@h/d?ssl%6Dode=require", &e).unwrap().mode, SslMode::Require);
+        assert_eq!(
+            target("postgres://u@h/d?sslmode=verify-full&sslmode=disable", &e).unwrap().mode,
+            SslMode::Disable
+        );
+        assert!(target("postgres://u@h/d?sslrootcert=%+1", &e).is_err());
+        assert!(target("postgres://u@h/d?sslrootcert=%-1", &e).is_err());
+    }
+
+    #[test]
+    fn the_system_roots_mean_verify_full() {
+        // libpq 16: sslrootcert=system makes verify-full the default and
+        // refuses any weaker mode (any public CA signs some name).
+        let e = env(&[], None);
+        assert_eq!(target("postgres://u@h/d?sslrootcert=system", &e).unwrap().mode, SslMode::VerifyFull);
+        let via_env = env(&[("PGSSLROOTCERT", "system")], None);
+        assert_eq!(target("postgres://u@h/d", &via_env).unwrap().mode, SslMode::VerifyFull);
+        for weak in ["disable", "prefer", "require", "verify-ca"] {
+            let err = target(&format!("postgres://u@h/d?sslmode={weak}&sslrootcert=system"), &e).err();
+            assert!(err.is_some_and(|e| e.contains("system")), "{weak}");
+        }
+    }
+
+    #[test]
+    fn verify_full_needs_a_host_name_not_only_an_address() {
+        // libpq: "host name must be specified for a verified SSL connection";
+        // a hostaddr alone names nothing to check the certificate against.
+        let t =
+            target("postgres://u@/d?hostaddr=10.0.0.5&sslmode=verify-full&sslrootcert=/ca", &env(&[], None));
+        assert!(t.is_err_and(|e| e.contains("hostaddr")));
+        // With the name given as well, fine.
+        let t = target(
+            "postgres://u@db/d?hostaddr=10.0.0.5&sslmode=verify-full&sslrootcert=/ca",
+            &env(&[], None),
+        );
+        assert_eq!(t.unwrap().host, "db");
+    }
+
+    #[test]
+    fn password_file_escapes_are_libpqs() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pass");
+        // `\*` is a literal star, not "any"; the password ends at the next
+        // unescaped `:`.
+        std::fs::write(&file, "h:5432:\\*:ann:literal\nh:5432:*:ann:pw:trailing\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = env(&[("PGPASSFILE", file.to_str().unwrap())], None);
+        assert_eq!(target("postgres://ann@h/jobs", &e).unwrap().config.get_password(), Some(&b"pw"[..]));
+        assert_eq!(target("postgres://ann@h/*", &e).unwrap().config.get_password(), Some(&b"literal"[..]));
     }
 
     #[test]

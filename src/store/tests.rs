@@ -152,6 +152,13 @@ fn urls_are_shown_without_passwords() {
         "postgresql://h/db?user=u&password=***"
     );
     assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+    // A password with an unescaped `/` or `?`: whatever reads it, never shown.
+    for url in ["postgres://u:pa/ss@h:5432/db", "postgres://u:pa?ss@h/db", "postgres://u:ab/c==@h/db"] {
+        assert!(!redact_url(url).contains("pa") && !redact_url(url).contains("c=="), "{}", redact_url(url));
+    }
+    assert_eq!(redact_url("postgres://h/db?pass%77ord=fake-pw"), "postgres://h/db?pass%77ord=***");
+    // An `@` in a query value is no password.
+    assert_eq!(redact_url("postgres://h:5432/db?user=alice@h"), "postgres://h:5432/db?user=alice@h");
 
     let e = open("postgres://u:fake-pw@127.0.0.1:1/db").err().unwrap();
     if cfg!(feature = "postgres") {

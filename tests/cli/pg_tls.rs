@@ -80,6 +80,18 @@ fn verify_full_checks_the_ca_and_the_host_name() {
         .stderr_has("not valid for host `127.0.0.1`");
     lease_show(&env, &url("127.0.0.1", "runws_test", &format!("sslmode=verify-ca&sslrootcert={}", s.ca)))
         .ok();
+    // An address with no host name: verify-full has no name to check the
+    // certificate against (the `localhost` one would otherwise pass).
+    lease_show(
+        &env,
+        &format!(
+            "postgres://{USER}:{pw}@/runws_test?hostaddr=127.0.0.1&port={}&sslmode=verify-full&sslrootcert={}",
+            s.port, s.ca
+        ),
+    )
+    .code(125)
+    .one_line_error()
+    .stderr_has("hostaddr");
     // libpq's rule: require with a root certificate checks the chain.
     lease_show(&env, &url("localhost", "runws_test", &format!("sslmode=require&sslrootcert={}", s.other_ca)))
         .code(125)
@@ -121,6 +133,11 @@ fn a_wrong_password_and_a_closed_port_say_so_without_the_password() {
     let out = lease_show(&env, &format!("postgres://{USER}:{wrong}@localhost:{}/runws_test", s.port));
     out.code(125).one_line_error().stderr_has("password authentication failed");
     assert!(!out.stderr.contains(wrong), "the password was printed: {}", out.stderr);
+    // A password with an unescaped `/` (base64 has them): not shown either.
+    let slashed = "not/the-password+7d1c==";
+    let out = lease_show(&env, &format!("postgres://{USER}:{slashed}@localhost:{}/runws_test", s.port));
+    out.code(125).one_line_error();
+    assert!(!out.stderr.contains("the-password"), "the password was printed: {}", out.stderr);
     // A port nobody listens on: the system's own error.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     lease_show(&env, &format!("postgres://{USER}:{wrong}@127.0.0.1:{closed}/runws_test"))
