@@ -17,6 +17,7 @@ mod envbuild;
 pub mod error;
 pub mod exit;
 mod fingerprint;
+mod fleet;
 mod fsx;
 mod git;
 pub mod guard;

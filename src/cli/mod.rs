@@ -201,6 +201,13 @@ rebuilt from runs/ when it is missing, unreadable, or does not list every run th
         /// Print one JSON object per run, one a line (JSON Lines)
         #[arg(long, alias = "jsonl", conflicts_with = "json")]
         json_lines: bool,
+        /// The runs of every host that shares the PostgreSQL store (--store or
+        /// RUNWS_STORE), from the store's fleet view
+        #[arg(long)]
+        fleet: bool,
+        /// With --fleet: only runs of this host
+        #[arg(long, value_name = "HOST", requires = "fleet")]
+        host: Option<String>,
     },
 
     /// Reclaim runs nobody owns: expired leases, finished runs' scratch

@@ -3,6 +3,7 @@
 
 mod cache;
 mod docs;
+mod fleet;
 mod guard;
 mod hint;
 mod lane;
@@ -59,6 +60,13 @@ pub fn main() -> u8 {
     }
 }
 
+/// `show`'s error when this ROOT does not hold the run (or there is no
+/// ROOT here at all): the run may be another host's.
+fn not_here(e: &anyhow::Error, root: Option<&std::path::Path>) -> bool {
+    matches!(e.downcast_ref::<crate::error::Error>(), Some(crate::error::Error::NoSuchRun { .. }))
+        || crate::workspace::resolve_root(root).is_ok_and(|r| !r.path().is_dir())
+}
+
 /// Runs one parsed command line; returns the exit code on success.
 pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_deref();
@@ -84,11 +92,19 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Import { run, name } => guard::import(&run, &name),
         Command::Info { json } => guard::info(json),
         Command::Claim { kind, value, repo } => guard::claim(&kind, &value, repo.as_deref()),
-        Command::Ls { job, since, limit, oldest_first, json, json_lines } => {
+        Command::Ls { job, since, limit, oldest_first, json, json_lines, fleet: true, host } => {
+            let q = crate::store::FleetQuery { job, host, run: None, since, limit };
+            fleet::ls(root, store, &q, oldest_first, json, json_lines)
+        }
+        Command::Ls { job, since, limit, oldest_first, json, json_lines, .. } => {
             let f = ls::Filter { job: job.as_deref(), since, limit, newest_first: !oldest_first };
             ls::ls(root, &f, json, json_lines)
         }
-        Command::Show { run, json } => ls::show(root, &run, json),
+        Command::Show { run, json } => match ls::show(root, &run, json) {
+            // A run this ROOT does not hold may be another host's.
+            Err(e) if not_here(&e, root) => fleet::show(root, store, &run, json).unwrap_or(Err(e)),
+            other => other,
+        },
         Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
         Command::Seal { run, opts, json } => seal::seal(root, &run, &opts, json),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
@@ -97,7 +113,13 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             seal::restore(root, &archive, &to, crate::restore::Limits { max_bytes, max_files }, json)
         }
         Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
-            reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)
+            let code = reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)?;
+            // Records of this ROOT's runs that the fleet store could not
+            // take when they ended go now.
+            if !dry_run && crate::fleet::keeps_fleet(store) {
+                fleet::flush(root, store.unwrap_or_default());
+            }
+            Ok(code)
         }
         Command::Lane { command } => lane::dispatch(root, command),
         Command::Completions { shell } => docs::completions(shell),

@@ -20,8 +20,12 @@ use crate::workspace::RunDir;
 /// The body of the end ping: at most this much of the captured output.
 const BODY_MAX: u64 = 10 * 1024;
 
-/// The start ping, on its way.
-pub(super) struct StartPing(Pending);
+/// What went out when the command started: the start ping and the fleet
+/// record, on their way.
+pub(super) struct StartPing {
+    ping: Option<Pending>,
+    fleet: Option<std::thread::JoinHandle<()>>,
+}
 
 fn ping(req: &Request, run_id: &str, event: Event, body: Vec<u8>) -> Option<Ping> {
     // The URL was checked with the request.
@@ -29,15 +33,38 @@ fn ping(req: &Request, run_id: &str, event: Event, body: Vec<u8>) -> Option<Ping
     Some(Ping { target, event, rid: ping::rid(run_id), body, timeout: req.ping_timeout })
 }
 
-/// The command runs: sends the start ping, without waiting for it.
-pub(super) fn started(req: &Request, run_id: &str) -> Option<StartPing> {
-    Some(StartPing(ping(req, run_id, Event::Start, Vec::new())?.spawn()))
+/// The command runs: sends the start ping and, with a PostgreSQL store,
+/// the run's start to the fleet view, without waiting for either.
+pub(super) fn started(req: &Request, run: &RunDir, record: &Owner) -> Option<StartPing> {
+    let ping = ping(req, &run.id, Event::Start, Vec::new()).map(Ping::spawn);
+    let fleet = fleet_store(req).map(|url| {
+        let (root, entry) = (run.root.clone(), crate::fleet::run_of(record.record(), run.root.path()));
+        std::thread::spawn(move || crate::fleet::record(&root, &url, &entry))
+    });
+    (ping.is_some() || fleet.is_some()).then_some(StartPing { ping, fleet })
+}
+
+/// The store of the fleet view, when the run's is PostgreSQL.
+fn fleet_store(req: &Request) -> Option<String> {
+    req.store.clone().filter(|u| crate::fleet::keeps_fleet(Some(u)))
 }
 
 /// The run's end is recorded (`code` is its exit code): writes the metrics,
 /// sends the end ping and records both pings.
 pub(super) fn ended(run: &RunDir, req: &Request, record: &mut Owner, start: Option<StartPing>, code: u8) {
     let id = run.id.as_str();
+    let (start_ping, start_fleet) = match start {
+        Some(StartPing { ping, fleet }) => (ping, fleet),
+        None => (None, None),
+    };
+    // The end after the start: both are upserts, and an end is never
+    // replaced by a start, but the start's thread is done first all the same.
+    if let Some(t) = start_fleet {
+        let _ = t.join();
+    }
+    if let Some(url) = fleet_store(req) {
+        crate::fleet::record(&run.root, &url, &crate::fleet::run_of(record.record(), run.root.path()));
+    }
     if let Some(dir) = &req.metrics_dir {
         let m = record.record();
         let begun = manifest::parse_time(&m.started_at);
@@ -59,7 +86,7 @@ pub(super) fn ended(run: &RunDir, req: &Request, record: &mut Owner, start: Opti
     let body = if req.capture { captured_tail(run) } else { Vec::new() };
     let Some(end) = ping(req, id, event, body) else { return };
     let mut pings = Vec::new();
-    if let Some(StartPing(pending)) = start {
+    if let Some(pending) = start_ping {
         // Sent first, so the server sees the start before the end.
         pings.push((Event::Start, pending.wait()));
     }

@@ -174,7 +174,7 @@ impl<'r> Prepared<'r> {
                 return Ok(Begun::NotRun(code));
             }
         }
-        let start_ping = monitor::started(&req, id);
+        let start_ping = monitor::started(&req, run, &record);
         Ok(Begun::Running(Box::new(Started {
             run,
             req,

@@ -108,6 +108,59 @@ pub trait Store: Send {
     fn publish_to(&mut self, dir: &Path, key: &str, fence: u64, payload: &[u8]) -> Result<PublishOutcome>;
     /// The fence and bytes last published for `key`.
     fn read_published(&mut self, key: &str) -> Result<Option<(u64, Vec<u8>)>>;
+    /// Records `run` in the fleet view (PostgreSQL only): an ended record
+    /// replaces a running one, never the reverse.
+    fn record_run(&mut self, _run: &FleetRun) -> Result<()> {
+        Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
+    }
+    /// The fleet's runs matching `q`, newest first.
+    fn fleet_runs(&mut self, _q: &FleetQuery) -> Result<Vec<FleetRun>> {
+        Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
+    }
+}
+
+const FLEET_NEEDS_POSTGRES: &str =
+    "the fleet view needs a PostgreSQL store: give --store postgres://... or set RUNWS_STORE";
+
+/// One run as the fleet view holds it: what `ls --fleet` and `show` print
+/// of a run on any host.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FleetRun {
+    pub run_id: String,
+    pub host: String,
+    /// The ROOT the run lives under on its host.
+    pub root: String,
+    pub job: String,
+    pub status: String,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub input_fingerprint: String,
+    #[serde(default)]
+    pub outputs: Vec<FleetOutput>,
+    /// Where the sealed archive went, when it was sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FleetOutput {
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Which of the fleet's runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct FleetQuery {
+    pub job: Option<String>,
+    pub host: Option<String>,
+    /// A run id, or a prefix of one.
+    pub run: Option<String>,
+    pub since: Option<Duration>,
+    pub limit: Option<usize>,
 }
 
 /// Opens the store named by `url`: `file:DIR` or `postgres://...`
@@ -137,7 +190,20 @@ pub fn open(url: &str) -> Result<Box<dyn Store>> {
 
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Box<dyn Store>> {
-    Ok(Box::new(postgres::PgStore::connect(url)?))
+    Ok(Box::new(postgres::PgStore::connect(url, None)?))
+}
+
+/// Opens the PostgreSQL store at `url` for a fleet write: a connection
+/// that does not answer within [`crate::fleet::CONNECT_TIMEOUT`] fails
+/// (the URL's own `connect_timeout` wins).
+#[cfg(feature = "postgres")]
+pub fn open_fleet(url: &str) -> Result<Box<dyn Store>> {
+    Ok(Box::new(postgres::PgStore::connect(url, Some(crate::fleet::CONNECT_TIMEOUT))?))
+}
+
+#[cfg(not(feature = "postgres"))]
+pub fn open_fleet(url: &str) -> Result<Box<dyn Store>> {
+    open_postgres(url)
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -41,7 +41,40 @@ CREATE TABLE IF NOT EXISTS runws_sink_v1 (
     key           text PRIMARY KEY,
     fencing_token bigint NOT NULL,
     payload       bytea NOT NULL
-);";
+);
+CREATE TABLE IF NOT EXISTS runws_runs_v1 (
+    host       text NOT NULL,
+    run_id     text NOT NULL,
+    job        text NOT NULL,
+    status     text NOT NULL,
+    started_at timestamptz NOT NULL,
+    record     jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (host, run_id)
+);
+CREATE INDEX IF NOT EXISTS runws_runs_v1_started ON runws_runs_v1 (started_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS runws_runs_v1_job ON runws_runs_v1 (job, started_at DESC);";
+
+/// A run's record in the fleet view: an ended record replaces a running
+/// one, never the other way round, so a start sent late (or again from a
+/// queue) cannot undo an end.
+const RECORD_RUN: &str = "
+INSERT INTO runws_runs_v1 AS r (host, run_id, job, status, started_at, record)
+VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::jsonb)
+ON CONFLICT (host, run_id) DO UPDATE
+    SET job = EXCLUDED.job, status = EXCLUDED.status, started_at = EXCLUDED.started_at,
+        record = EXCLUDED.record, updated_at = now()
+    WHERE r.status = 'running' OR EXCLUDED.status <> 'running'";
+
+/// The fleet's runs, newest first, each filter applying when given.
+const FLEET_RUNS: &str = "
+SELECT record::text FROM runws_runs_v1
+WHERE ($1::text IS NULL OR job = $1)
+  AND ($2::text IS NULL OR host = $2)
+  AND ($3::text IS NULL OR run_id = $3 OR run_id LIKE $3 || '%')
+  AND ($4::bigint IS NULL OR started_at >= now() - $4::bigint * interval '1 millisecond')
+ORDER BY started_at DESC, run_id DESC
+LIMIT $5";
 
 /// Serialises first-time schema creation between clients: two concurrent
 /// `CREATE TABLE IF NOT EXISTS` can otherwise both miss the table and one
@@ -114,8 +147,9 @@ struct Conn {
 }
 
 impl PgStore {
-    /// Connects and creates the tables if they are missing.
-    pub fn connect(url: &str) -> Result<PgStore> {
+    /// Connects (within `timeout` when the URL sets none, else
+    /// [`CONNECT_TIMEOUT`]) and creates the tables if they are missing.
+    pub fn connect(url: &str, timeout: Option<Duration>) -> Result<PgStore> {
         let shown = redact_url(url);
         let mut target = super::pgconn::target(url, &super::pgconn::ProcessEnv)
             .map_err(|e| Error::Usage(format!("invalid PostgreSQL URL `{shown}`: {e}")))?;
@@ -123,7 +157,7 @@ impl PgStore {
         // An unreachable host should fail in seconds, not after the
         // system's TCP timeout.
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+            config.connect_timeout(timeout.unwrap_or(CONNECT_TIMEOUT));
         }
         if config.get_application_name().is_none() {
             config.application_name("runws");
@@ -357,6 +391,32 @@ impl Store for PgStore {
         let payload: Vec<u8> = row.try_get(1).map_err(|e| self.decode(e))?;
         Ok(Some((fence, payload)))
     }
+    fn record_run(&mut self, run: &super::FleetRun) -> Result<()> {
+        let record = serde_json::to_string(run).map_err(|e| Error::Other(e.to_string()))?;
+        self.query(
+            "record a run",
+            RECORD_RUN,
+            &[&run.host, &run.run_id, &run.job, &run.status, &run.started_at, &record],
+        )?;
+        Ok(())
+    }
+
+    fn fleet_runs(&mut self, q: &super::FleetQuery) -> Result<Vec<super::FleetRun>> {
+        let since = q.since.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let limit = q.limit.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows =
+            self.query("list the fleet's runs", FLEET_RUNS, &[&q.job, &q.host, &q.run, &since, &limit])?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let text: String = row.try_get(0).map_err(|e| self.decode(e))?;
+            // A record another runws wrote is read as untrusted: one that
+            // does not parse is skipped, never half-shown.
+            if let Ok(r) = serde_json::from_str::<super::FleetRun>(&text) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Why a step of a transaction failed: a statement (mapped once the
@@ -377,7 +437,8 @@ fn create_schema(client: &mut Client) -> Result<(), postgres::Error> {
     // the schema that a user of existing tables need not have.
     let present: bool = client
         .query_one(
-            "SELECT to_regclass('runws_leases_v1') IS NOT NULL AND to_regclass('runws_sink_v1') IS NOT NULL",
+            "SELECT to_regclass('runws_leases_v1') IS NOT NULL AND to_regclass('runws_sink_v1') IS NOT NULL \
+             AND to_regclass('runws_runs_v1') IS NOT NULL",
             &[],
         )?
         .try_get(0)?;

@@ -18,6 +18,7 @@ mod environment;
 mod examples;
 mod exit_codes;
 mod final_record;
+mod fleet;
 mod git_safety;
 mod guard;
 mod guard_membership;

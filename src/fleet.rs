@@ -1,0 +1,142 @@
+//! The fleet view: with a PostgreSQL store (`--store` or `RUNWS_STORE`),
+//! every run's start and end are recorded in the store's `runws_runs_v1`
+//! table (host, run id, job, status, times, exit code, input fingerprint,
+//! outputs with their sha256), so `runws ls --fleet` and `runws show` answer
+//! for a run on any host that shares the store.
+//!
+//! The start is sent on a thread of its own once the command runs, so it
+//! never delays the command. The end is sent before runws exits, with a
+//! short connection timeout; when the store cannot be reached the record
+//! waits in `ROOT/fleet-queue/` (runws's own, outside the run directory,
+//! which the command may write), and the next `runws run`, `ls --fleet`,
+//! `show` or `reap` under that ROOT with a PostgreSQL store sends it. A
+//! record is keyed by host and run id, and an ended one is never replaced by
+//! a running one: sending twice, or late, changes nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::manifest::Manifest;
+use crate::store::{self, FleetOutput, FleetRun};
+use crate::workspace::Root;
+
+/// How long a fleet write may wait for the store to answer a connection:
+/// the end of a run is not held up longer than this by a store that is down.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether `url` names a store that keeps a fleet view.
+pub fn keeps_fleet(url: Option<&str>) -> bool {
+    url.is_some_and(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+}
+
+/// The fleet's record of the run in `m` under `root`.
+pub fn run_of(m: &Manifest, root: &Path) -> FleetRun {
+    FleetRun {
+        run_id: m.run_id.clone(),
+        host: m.host.clone(),
+        root: root.display().to_string(),
+        job: m.job.clone(),
+        status: m.status.as_str().to_string(),
+        started_at: m.started_at.clone(),
+        finished_at: m.finished_at.clone(),
+        exit_code: m.exit_code,
+        input_fingerprint: m.input_fingerprint.clone(),
+        outputs: m
+            .outputs
+            .iter()
+            .map(|o| FleetOutput {
+                name: o.name.as_os_str().to_string_lossy().into_owned(),
+                bytes: o.bytes,
+                sha256: o.sha256.clone(),
+            })
+            .collect(),
+        archive: None,
+    }
+}
+
+fn queue_dir(root: &Root) -> PathBuf {
+    root.path().join("fleet-queue")
+}
+
+/// Sends `run` to the store at `url`, then whatever waits in ROOT's queue;
+/// queues `run` when the store cannot take it. Never fails the run: a
+/// record that can be neither sent nor queued is a warning.
+pub fn record(root: &Root, url: &str, run: &FleetRun) {
+    match store::open_fleet(url).and_then(|mut s| {
+        s.record_run(run)?;
+        Ok(s)
+    }) {
+        Ok(mut s) => {
+            let _ = flush_into(root, s.as_mut());
+        }
+        Err(e) => {
+            if let Err(q) = enqueue(root, run) {
+                eprintln!(
+                    "runws: warning: run `{}` is not in the fleet view: {e}; and it cannot be queued: {q}",
+                    run.run_id
+                );
+            } else if run.status != "running" {
+                eprintln!(
+                    "runws: warning: the store cannot take run `{}` now ({e}); its record waits in `{}` for the next runws",
+                    run.run_id,
+                    queue_dir(root).display()
+                );
+            }
+        }
+    }
+}
+
+fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
+    let dir = queue_dir(root);
+    crate::fsx::create_private_dirs(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
+    let d = crate::fsx::Dir::open(&dir)?;
+    let bytes = serde_json::to_vec(run).map_err(|e| Error::Other(e.to_string()))?;
+    // An end waiting replaces a start waiting: one file per run.
+    d.write_atomic(&format!("{}.json", run.run_id), &bytes, 0o600, true)
+}
+
+/// Sends what waits in ROOT's queue to the store at `url`; how many.
+pub fn flush(root: &Root, url: &str) -> Result<usize> {
+    if !queue_dir(root).is_dir() {
+        return Ok(0);
+    }
+    let mut s = store::open_fleet(url)?;
+    flush_into(root, s.as_mut())
+}
+
+fn flush_into(root: &Root, s: &mut dyn store::Store) -> Result<usize> {
+    let dir = queue_dir(root);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(0) };
+    let mut sent = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
+        // A plain run's command can write here (it runs as the same user):
+        // a file is sent only when it is a record of the run it is named
+        // after, with a valid id.
+        if crate::workspace::check_run_id(id).is_err() || !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(e.path()) else { continue };
+        let Ok(run) = serde_json::from_slice::<FleetRun>(&bytes) else { continue };
+        if run.run_id != id {
+            continue;
+        }
+        s.record_run(&run)?;
+        let _ = std::fs::remove_file(e.path());
+        sent += 1;
+    }
+    Ok(sent)
+}
+
+/// `ls --fleet` and `show` of another host's run: flushes ROOT's queue
+/// first, so this host's own records are there.
+pub fn list(root: Option<&Root>, url: &str, q: &store::FleetQuery) -> Result<Vec<FleetRun>> {
+    let mut s = store::open(url)?;
+    if let Some(root) = root {
+        let _ = flush_into(root, s.as_mut());
+    }
+    s.fleet_runs(q)
+}

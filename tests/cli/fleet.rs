@@ -1,0 +1,147 @@
+//! The fleet view of a PostgreSQL store: every run's start and end are
+//! recorded there, `ls --fleet` lists any host's runs, `show` answers for a
+//! run this ROOT does not hold, and a record the store could not take waits
+//! in ROOT's queue until the next runws sends it.
+
+use std::process::Command;
+
+use crate::harness::*;
+
+/// The PostgreSQL URL, or `None` (after saying so) when no server was named.
+fn pg() -> Option<String> {
+    stores().into_iter().flatten().next()
+}
+
+/// A job name no other test uses: the test database is shared.
+fn job(tag: &str) -> String {
+    format!("fleet-{tag}-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn fleet_json(env: &Env, url: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut a = vec!["--store", url, "ls", "--fleet", "--json"];
+    a.extend_from_slice(args);
+    let out = env.run(&a);
+    out.ok();
+    serde_json::from_str::<Vec<serde_json::Value>>(&out.stdout).unwrap()
+}
+
+#[test]
+fn runs_are_recorded_listed_newest_first_and_shown_from_elsewhere() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("list");
+    env.run(&[
+        "--store",
+        &url,
+        "run",
+        "--run-id",
+        &format!("{j}-1"),
+        "--job",
+        &j,
+        "--",
+        "sh",
+        "-c",
+        "echo one | runws put a.txt",
+    ])
+    .ok();
+    env.run(&[
+        "--store",
+        &url,
+        "run",
+        "--run-id",
+        &format!("{j}-2"),
+        "--job",
+        &j,
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ])
+    .code(3);
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0]["run_id"], format!("{j}-2"), "newest first");
+    assert_eq!(runs[0]["status"], "failed");
+    assert_eq!(runs[0]["exit_code"], 3);
+    assert_eq!(runs[1]["status"], "succeeded");
+    let m = env.manifest(&format!("{j}-1"));
+    assert_eq!(runs[1]["outputs"][0]["sha256"], m["outputs"][0]["sha256"]);
+    assert_eq!(runs[1]["input_fingerprint"], m["input_fingerprint"]);
+    assert_eq!(runs[1]["host"], m["host"]);
+    assert_eq!(fleet_json(&env, &url, &["--job", &j, "--limit", "1"]).len(), 1);
+    assert_eq!(fleet_json(&env, &url, &["--job", &j, "--since", "1h"]).len(), 2);
+    assert_eq!(fleet_json(&env, &url, &["--job", &j, "--host", "no-such-host"]).len(), 0);
+    // The table, and `show` from a ROOT that does not hold the run.
+    env.run(&["--store", &url, "ls", "--fleet", "--job", &j]).ok().stdout_has(&format!("{j}-2"));
+    let elsewhere = Env::new();
+    elsewhere
+        .run(&["--store", &url, "show", &format!("{j}-1")])
+        .ok()
+        .stdout_has("from the fleet view")
+        .stdout_has("a.txt");
+    // Without a PostgreSQL store there is no fleet view; a run unknown
+    // everywhere is still "no run".
+    env.run(&["ls", "--fleet"]).code(125).one_line_error().stderr_has("PostgreSQL store");
+    elsewhere.run(&["--store", &url, "show", "no-such-run-anywhere"]).code(125);
+}
+
+/// Another host's run (a new UTS namespace with its own host name, as
+/// root): listed by host, shown with where its files are.
+#[test]
+fn another_hosts_run_is_listed_by_host() {
+    let Some(url) = pg() else { return };
+    if !is_root() {
+        eprintln!("skipped: a host name of its own needs root (a new UTS namespace)");
+        return;
+    }
+    let env = Env::new();
+    let j = job("host");
+    let host = format!("h{}", &j[j.len() - 12..]);
+    let out = Command::new("unshare")
+        .args(["--uts", "sh", "-c", &format!("hostname {host} && exec \"$0\" \"$@\""), crate::harness::BIN])
+        .args(["--store", &url, "--root", env.root.to_str().unwrap(), "run", "--job", &j, "--", "true"])
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    Out::from(out).ok();
+    let runs = fleet_json(&env, &url, &["--host", &host]);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["job"], j);
+}
+
+/// A store that is down when a run ends: the run is not held up or failed,
+/// its record waits in ROOT's queue, and the next runws with the store sends
+/// it; sending twice, or a running record after the end, changes nothing.
+#[test]
+fn a_record_the_store_cannot_take_waits_and_is_sent_once() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("queue");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = format!("postgres://runws:x@127.0.0.1:{closed}/runws_test");
+    let id = format!("{j}-1");
+    env.run(&["--store", &down, "run", "--run-id", &id, "--job", &j, "--", "true"])
+        .ok()
+        .stderr_has("waits in");
+    let queued = env.root.join("fleet-queue").join(format!("{id}.json"));
+    assert!(queued.exists());
+    let saved = std::fs::read(&queued).unwrap();
+    // The next runws with the store sends it.
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert!(!queued.exists());
+    // Again, as a start: an ended record stays ended.
+    let mut start: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+    start["status"] = "running".into();
+    start["exit_code"] = serde_json::Value::Null;
+    std::fs::write(&queued, serde_json::to_vec(&start).unwrap()).unwrap();
+    // A file in the queue that is not a run's record is left alone.
+    std::fs::write(env.root.join("fleet-queue").join("not a run.json"), b"{}").unwrap();
+    env.run(&["--store", &url, "reap"]).ok();
+    assert!(!queued.exists(), "reap sent what waited");
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert!(env.root.join("fleet-queue").join("not a run.json").exists());
+}
