@@ -60,16 +60,23 @@ fn queue_dir(root: &Root) -> PathBuf {
     root.path().join("fleet-queue")
 }
 
-/// Sends `run` to the store at `url`, then whatever waits in ROOT's queue;
-/// queues `run` when the store cannot take it. Never fails the run: a
-/// record that can be neither sent nor queued is a warning.
-pub fn record(root: &Root, url: &str, run: &FleetRun) {
-    match store::open_fleet(url).and_then(|mut s| {
-        s.record_run(run)?;
-        Ok(s)
-    }) {
+/// A connection to the fleet's store, kept from a run's start to its end.
+pub type Conn = Box<dyn store::Store>;
+
+/// Sends `run` to the store at `url` (over `conn` when one is open), then
+/// whatever waits in ROOT's queue; queues `run` when the store cannot take
+/// it. Never fails the run: a record that can be neither sent nor queued is
+/// a warning. Returns the connection, for the run's end.
+pub fn record(root: &Root, url: &str, run: &FleetRun, conn: Option<Conn>) -> Option<Conn> {
+    let sent = match conn {
+        // A connection broken since reconnects once, inside the store.
+        Some(mut s) => s.record_run(run).map(|()| s),
+        None => store::open_fleet(url).and_then(|mut s| s.record_run(run).map(|()| s)),
+    };
+    match sent {
         Ok(mut s) => {
             let _ = flush_into(root, s.as_mut());
+            Some(s)
         }
         Err(e) => {
             if let Err(q) = enqueue(root, run) {
@@ -84,6 +91,7 @@ pub fn record(root: &Root, url: &str, run: &FleetRun) {
                     queue_dir(root).display()
                 );
             }
+            None
         }
     }
 }

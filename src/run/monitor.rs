@@ -24,7 +24,7 @@ const BODY_MAX: u64 = 10 * 1024;
 /// record, on their way.
 pub(super) struct StartPing {
     ping: Option<Pending>,
-    fleet: Option<std::thread::JoinHandle<()>>,
+    fleet: Option<std::thread::JoinHandle<Option<crate::fleet::Conn>>>,
 }
 
 fn ping(req: &Request, run_id: &str, event: Event, body: Vec<u8>) -> Option<Ping> {
@@ -39,7 +39,7 @@ pub(super) fn started(req: &Request, run: &RunDir, record: &Owner) -> Option<Sta
     let ping = ping(req, &run.id, Event::Start, Vec::new()).map(Ping::spawn);
     let fleet = fleet_store(req).map(|url| {
         let (root, entry) = (run.root.clone(), crate::fleet::run_of(record.record(), run.root.path()));
-        std::thread::spawn(move || crate::fleet::record(&root, &url, &entry))
+        std::thread::spawn(move || crate::fleet::record(&root, &url, &entry, None))
     });
     (ping.is_some() || fleet.is_some()).then_some(StartPing { ping, fleet })
 }
@@ -59,11 +59,10 @@ pub(super) fn ended(run: &RunDir, req: &Request, record: &mut Owner, start: Opti
     };
     // The end after the start: both are upserts, and an end is never
     // replaced by a start, but the start's thread is done first all the same.
-    if let Some(t) = start_fleet {
-        let _ = t.join();
-    }
+    let conn = start_fleet.and_then(|t| t.join().ok().flatten());
     if let Some(url) = fleet_store(req) {
-        crate::fleet::record(&run.root, &url, &crate::fleet::run_of(record.record(), run.root.path()));
+        // Over the start's connection when it is open: one round trip.
+        crate::fleet::record(&run.root, &url, &crate::fleet::run_of(record.record(), run.root.path()), conn);
     }
     if let Some(dir) = &req.metrics_dir {
         let m = record.record();
