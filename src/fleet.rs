@@ -21,8 +21,7 @@ use crate::manifest::Manifest;
 use crate::store::{self, FleetOutput, FleetRun};
 use crate::workspace::Root;
 
-/// How long a fleet write may wait for the store to answer a connection:
-/// the end of a run is not held up longer than this by a store that is down.
+/// How long a fleet write may wait for the store to answer a connection.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -96,6 +95,60 @@ pub fn record(root: &Root, url: &str, run: &FleetRun, conn: Option<Conn>) -> Opt
     }
 }
 
+/// The most a run's end waits for the fleet's store, whatever it does (a
+/// server that takes the connection and never answers included): then the
+/// record waits in the queue and runws goes on.
+pub const END_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The run's end in the fleet view: after the start's thread, over its
+/// connection when it has one (one round trip), else a new one, else the
+/// queue; never longer than [`END_DEADLINE`]. A record sent late by the
+/// thread after the deadline, as well as queued, changes nothing: an end
+/// is written the same way twice.
+pub fn finish(root: &Root, url: &str, run: FleetRun, start: Option<std::thread::JoinHandle<Option<Conn>>>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (root2, url2, run2) = (root.clone(), url.to_string(), run.clone());
+    std::thread::spawn(move || {
+        match start.map(|t| t.join().ok().flatten()) {
+            // The store did not answer at the start: the end waits in the
+            // queue at once, rather than hold runws up a second time.
+            Some(None) => queue(&root2, &run2),
+            Some(conn) => drop(record(&root2, &url2, &run2, conn)),
+            None => drop(record(&root2, &url2, &run2, None)),
+        }
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(END_DEADLINE).is_err() {
+        match enqueue(root, &run) {
+            Ok(()) => eprintln!(
+                "runws: warning: the store did not answer within {}s at the end of run `{}`; its record waits in `{}` for the next runws",
+                END_DEADLINE.as_secs(),
+                run.run_id,
+                queue_dir(root).display()
+            ),
+            Err(q) => eprintln!("runws: warning: run `{}` is not in the fleet view: {q}", run.run_id),
+        }
+    }
+}
+
+/// Puts `run` in ROOT's queue without trying the store (it did not answer
+/// at the run's start), and says so.
+pub fn queue(root: &Root, run: &FleetRun) {
+    match enqueue(root, run) {
+        Ok(()) => eprintln!(
+            "runws: warning: the store did not answer at the start of run `{}`; its record waits in `{}` for the next runws",
+            run.run_id,
+            queue_dir(root).display()
+        ),
+        Err(q) => {
+            eprintln!(
+                "runws: warning: run `{}` is not in the fleet view: it cannot be queued: {q}",
+                run.run_id
+            )
+        }
+    }
+}
+
 fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
     let dir = queue_dir(root);
     crate::fsx::create_private_dirs(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
@@ -105,13 +158,20 @@ fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
     d.write_atomic(&format!("{}.json", run.run_id), &bytes, 0o600, true)
 }
 
-/// Sends what waits in ROOT's queue to the store at `url`; how many.
+/// Sends what waits in ROOT's queue to the store at `url`; how many. Gives
+/// up after [`END_DEADLINE`] (what is not sent stays queued).
 pub fn flush(root: &Root, url: &str) -> Result<usize> {
     if !queue_dir(root).is_dir() {
         return Ok(0);
     }
-    let mut s = store::open_fleet(url)?;
-    flush_into(root, s.as_mut())
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (root, url) = (root.clone(), url.to_string());
+    std::thread::spawn(move || {
+        let _ = tx.send(store::open_fleet(&url).and_then(|mut s| flush_into(&root, s.as_mut())));
+    });
+    rx.recv_timeout(END_DEADLINE).unwrap_or_else(|_| {
+        Err(Error::Other(format!("the store did not answer within {}s", END_DEADLINE.as_secs())))
+    })
 }
 
 fn flush_into(root: &Root, s: &mut dyn store::Store) -> Result<usize> {

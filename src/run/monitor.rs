@@ -59,10 +59,9 @@ pub(super) fn ended(run: &RunDir, req: &Request, record: &mut Owner, start: Opti
     };
     // The end after the start: both are upserts, and an end is never
     // replaced by a start, but the start's thread is done first all the same.
-    let conn = start_fleet.and_then(|t| t.join().ok().flatten());
     if let Some(url) = fleet_store(req) {
-        // Over the start's connection when it is open: one round trip.
-        crate::fleet::record(&run.root, &url, &crate::fleet::run_of(record.record(), run.root.path()), conn);
+        let entry = crate::fleet::run_of(record.record(), run.root.path());
+        crate::fleet::finish(&run.root, &url, entry, start_fleet);
     }
     if let Some(dir) = &req.metrics_dir {
         let m = record.record();

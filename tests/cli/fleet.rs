@@ -145,3 +145,39 @@ fn a_record_the_store_cannot_take_waits_and_is_sent_once() {
     assert_eq!(runs[0]["status"], "succeeded");
     assert!(env.root.join("fleet-queue").join("not a run.json").exists());
 }
+
+/// A store that takes the connection and never answers holds a run's end
+/// up for a bounded time, not forever: the record is queued and runws
+/// exits with the command's status.
+#[test]
+fn a_store_that_never_answers_does_not_hold_the_run() {
+    if pg().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming() {
+            held.push(s);
+        }
+    });
+    let url = format!("postgres://runws:x@127.0.0.1:{port}/runws_test?sslmode=disable");
+    let mut child = env
+        .cmd(&["--store", &url, "run", "--run-id", "silent", "--", "sh", "-c", "exit 4"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    let ended = wait_until(std::time::Duration::from_secs(60), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    assert!(ended, "runws waited on a store that never answers");
+    assert_eq!(status.unwrap().code(), Some(4));
+    assert!(env.root.join("fleet-queue/silent.json").exists());
+}
