@@ -179,10 +179,25 @@ impl PgStore {
             self.conn = None;
         }
         if self.conn.is_none() {
-            let connected = match &self.tls {
-                Some(tls) => self.target.config.connect(tls.clone()),
-                None => self.target.config.connect(NoTls),
-            };
+            // The client library's connect timeout covers the TCP connection
+            // only: a server that takes it and never answers would hold
+            // runws for ever. The connection is made on a thread, waited for
+            // twice that timeout, and joined once made (so that runws, which
+            // may fork a sandbox's init next, is single-threaded again).
+            let deadline = self.target.config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT) * 2;
+            let (config, tls) = (self.target.config.clone(), self.tls.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                let _ = tx.send(match tls {
+                    Some(tls) => config.connect(tls),
+                    None => config.connect(NoTls),
+                });
+            });
+            let connected = rx.recv_timeout(deadline).map_err(|_| Error::StoreUnreachable {
+                store: self.shown.clone(),
+                why: format!("the server did not answer within {} s", deadline.as_secs()),
+            })?;
+            let _ = thread.join();
             let mut client = connected.map_err(|e| Error::StoreUnreachable {
                 store: self.shown.clone(),
                 why: super::pgconn::explain(&e, &self.target),

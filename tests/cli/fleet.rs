@@ -180,4 +180,11 @@ fn a_store_that_never_answers_does_not_hold_the_run() {
     assert!(ended, "runws waited on a store that never answers");
     assert_eq!(status.unwrap().code(), Some(4));
     assert!(env.root.join("fleet-queue/silent.json").exists());
+    // A lease command gives up too, saying why (the URL's connect_timeout
+    // of 1 s bounds it to 2 s).
+    let quick = format!("{url}&connect_timeout=1");
+    env.run(&["--store", &quick, "lease", "show", "k"])
+        .code(125)
+        .one_line_error()
+        .stderr_has("did not answer");
 }
