@@ -65,8 +65,14 @@ pub type Conn = Box<dyn store::Store>;
 /// Sends `run` to the store at `url` (over `conn` when one is open), then
 /// whatever waits in ROOT's queue; queues `run` when the store cannot take
 /// it. Never fails the run: a record that can be neither sent nor queued is
-/// a warning. Returns the connection, for the run's end.
-pub fn record(root: &Root, url: &str, run: &FleetRun, conn: Option<Conn>) -> Option<Conn> {
+/// a warning. Returns the connection, for the run's end, or why the store
+/// could not take the record.
+pub fn record(
+    root: &Root,
+    url: &str,
+    run: &FleetRun,
+    conn: Option<Conn>,
+) -> std::result::Result<Conn, String> {
     let sent = match conn {
         // A connection broken since reconnects once, inside the store.
         Some(mut s) => s.record_run(run).map(|()| s),
@@ -75,7 +81,7 @@ pub fn record(root: &Root, url: &str, run: &FleetRun, conn: Option<Conn>) -> Opt
     match sent {
         Ok(mut s) => {
             let _ = flush_into(root, s.as_mut());
-            Some(s)
+            Ok(s)
         }
         Err(e) => {
             if let Err(q) = enqueue(root, run) {
@@ -90,7 +96,7 @@ pub fn record(root: &Root, url: &str, run: &FleetRun, conn: Option<Conn>) -> Opt
                     queue_dir(root).display()
                 );
             }
-            None
+            Err(e.to_string())
         }
     }
 }
@@ -105,15 +111,20 @@ pub const END_DEADLINE: Duration = Duration::from_secs(5);
 /// queue; never longer than [`END_DEADLINE`]. A record sent late by the
 /// thread after the deadline, as well as queued, changes nothing: an end
 /// is written the same way twice.
-pub fn finish(root: &Root, url: &str, run: FleetRun, start: Option<std::thread::JoinHandle<Option<Conn>>>) {
+pub fn finish(
+    root: &Root,
+    url: &str,
+    run: FleetRun,
+    start: Option<std::thread::JoinHandle<std::result::Result<Conn, String>>>,
+) {
     let (tx, rx) = std::sync::mpsc::channel();
     let (root2, url2, run2) = (root.clone(), url.to_string(), run.clone());
     std::thread::spawn(move || {
-        match start.map(|t| t.join().ok().flatten()) {
-            // The store did not answer at the start: the end waits in the
+        match start.map(|t| t.join().unwrap_or_else(|_| Err("the start's thread failed".into()))) {
+            // The store could not take the start: the end waits in the
             // queue at once, rather than hold runws up a second time.
-            Some(None) => queue(&root2, &run2),
-            Some(conn) => drop(record(&root2, &url2, &run2, conn)),
+            Some(Err(why)) => queue(&root2, &run2, &why),
+            Some(Ok(conn)) => drop(record(&root2, &url2, &run2, Some(conn))),
             None => drop(record(&root2, &url2, &run2, None)),
         }
         let _ = tx.send(());
@@ -131,12 +142,12 @@ pub fn finish(root: &Root, url: &str, run: FleetRun, start: Option<std::thread::
     }
 }
 
-/// Puts `run` in ROOT's queue without trying the store (it did not answer
-/// at the run's start), and says so.
-pub fn queue(root: &Root, run: &FleetRun) {
+/// Puts `run` in ROOT's queue without trying the store (it could not take
+/// the run's start, for `why`), and says so.
+pub fn queue(root: &Root, run: &FleetRun, why: &str) {
     match enqueue(root, run) {
         Ok(()) => eprintln!(
-            "runws: warning: the store did not answer at the start of run `{}`; its record waits in `{}` for the next runws",
+            "runws: warning: the store cannot take run `{}` ({why}); its record waits in `{}` for the next runws",
             run.run_id,
             queue_dir(root).display()
         ),

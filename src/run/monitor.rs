@@ -24,7 +24,7 @@ const BODY_MAX: u64 = 10 * 1024;
 /// record, on their way.
 pub(super) struct StartPing {
     ping: Option<Pending>,
-    fleet: Option<std::thread::JoinHandle<Option<crate::fleet::Conn>>>,
+    fleet: Option<std::thread::JoinHandle<Result<crate::fleet::Conn, String>>>,
 }
 
 fn ping(req: &Request, run_id: &str, event: Event, body: Vec<u8>) -> Option<Ping> {
