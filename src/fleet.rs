@@ -185,26 +185,54 @@ pub fn flush(root: &Root, url: &str) -> Result<usize> {
     })
 }
 
+/// The most a queued record may hold: a run's record with thousands of
+/// outputs is far below it. A larger file in the queue is not runws's and
+/// is never read (a plain run's command could leave a file of any size).
+const QUEUED_MAX: u64 = 16 << 20;
+
+/// The record waiting in the queue as `name` (`<run id>.json`), when it is
+/// one: a regular file (never through a symlink, never a fifo), at most
+/// [`QUEUED_MAX`] bytes, that parses as the record of the run it is named
+/// after, with times the store can take and no NUL (which PostgreSQL's
+/// text refuses) in any text. `None` for anything else, which stays where
+/// it is and never holds the records after it back.
+fn queued(d: &crate::fsx::Dir, name: &std::ffi::OsStr) -> Option<FleetRun> {
+    use std::io::Read;
+    let id = name.to_str()?.strip_suffix(".json")?;
+    crate::workspace::check_run_id(id).ok()?;
+    let f = d.open_read(name).ok()??;
+    if f.metadata().ok()?.len() > QUEUED_MAX {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(QUEUED_MAX + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 > QUEUED_MAX {
+        return None;
+    }
+    let run = serde_json::from_slice::<FleetRun>(&bytes).ok()?;
+    let time_ok = |t: &str| crate::manifest::parse_time(t).is_some();
+    let texts =
+        [&run.run_id, &run.host, &run.root, &run.job, &run.status, &run.started_at, &run.input_fingerprint];
+    let ok = run.run_id == id
+        && time_ok(&run.started_at)
+        && run.finished_at.as_deref().is_none_or(time_ok)
+        && !texts.iter().any(|t| t.contains('\0'))
+        && !run.finished_at.as_deref().is_some_and(|t| t.contains('\0'))
+        && !run.archive.as_deref().is_some_and(|t| t.contains('\0'))
+        && !run.outputs.iter().any(|o| o.name.contains('\0') || o.sha256.contains('\0'));
+    ok.then_some(run)
+}
+
 fn flush_into(root: &Root, s: &mut dyn store::Store) -> Result<usize> {
-    let dir = queue_dir(root);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(0) };
+    let Ok(d) = crate::fsx::Dir::open(queue_dir(root)) else { return Ok(0) };
     let mut sent = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else { continue };
+    for (name, _) in d.entries_raw()? {
         // A plain run's command can write here (it runs as the same user):
         // a file is sent only when it is a record of the run it is named
         // after, with a valid id.
-        if crate::workspace::check_run_id(id).is_err() || !e.file_type().is_ok_and(|t| t.is_file()) {
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(e.path()) else { continue };
-        let Ok(run) = serde_json::from_slice::<FleetRun>(&bytes) else { continue };
-        if run.run_id != id {
-            continue;
-        }
+        let Some(run) = queued(&d, &name) else { continue };
         s.record_run(&run)?;
-        let _ = std::fs::remove_file(e.path());
+        let _ = d.unlink(&name);
         sent += 1;
     }
     Ok(sent)

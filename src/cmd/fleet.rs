@@ -78,6 +78,13 @@ pub fn show(root: Option<&Path>, store: Option<&str>, run: &str, json: bool) -> 
         Ok(f) => f,
         Err(e) => return Some(Err(e.into())),
     };
+    // A run whose id is the one given is that run, even when other ids
+    // start with it (as `show` of a local run does): otherwise anyone who
+    // shares the store could hide a run by recording `<its id>x`.
+    let exact: Vec<&FleetRun> = found.iter().filter(|r| r.run_id == run).collect();
+    if let [one] = exact.as_slice() {
+        return Some(print(one, json).map(|()| exit::OK).map_err(Into::into));
+    }
     match found.as_slice() {
         [] => None,
         [one] => Some(print(one, json).map(|()| exit::OK).map_err(Into::into)),

@@ -66,14 +66,17 @@ ON CONFLICT (host, run_id) DO UPDATE
         record = EXCLUDED.record, updated_at = now()
     WHERE r.status = 'running' OR EXCLUDED.status <> 'running'";
 
-/// The fleet's runs, newest first, each filter applying when given.
+/// The fleet's runs, newest first, each filter applying when given. A run
+/// id prefix is compared as text, never as a LIKE pattern: `_`, which a
+/// run id may hold, is not a wildcard there; the run of exactly that id
+/// comes first, so a limit never leaves it out.
 const FLEET_RUNS: &str = "
 SELECT record::text FROM runws_runs_v1
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR host = $2)
-  AND ($3::text IS NULL OR run_id = $3 OR run_id LIKE $3 || '%')
+  AND ($3::text IS NULL OR left(run_id, length($3)) = $3)
   AND ($4::bigint IS NULL OR started_at >= now() - $4::bigint * interval '1 millisecond')
-ORDER BY started_at DESC, run_id DESC
+ORDER BY ($3::text IS NOT NULL AND run_id = $3) DESC, started_at DESC, run_id DESC
 LIMIT $5";
 
 /// Serialises first-time schema creation between clients: two concurrent

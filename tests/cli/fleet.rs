@@ -188,3 +188,64 @@ fn a_store_that_never_answers_does_not_hold_the_run() {
         .one_line_error()
         .stderr_has("did not answer");
 }
+
+/// A record waiting in the queue for a run (as a plain run's command may
+/// write one) with the id given to `show`, job `j`.
+fn queue_record(env: &Env, id: &str, j: &str, started_at: &str) {
+    let dir = env.root.join("fleet-queue");
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = serde_json::json!({
+        "run_id": id, "host": "elsewhere", "root": "/r", "job": j, "status": "succeeded",
+        "started_at": started_at, "exit_code": 0, "input_fingerprint": "x",
+    });
+    std::fs::write(dir.join(format!("{id}.json")), serde_json::to_vec(&record).unwrap()).unwrap();
+}
+
+/// `show ID` from the fleet view is the run of that id even when other
+/// ids start with it, and `_` in what is given matches only `_`.
+#[test]
+fn show_from_the_fleet_view_takes_the_exact_id_and_no_wildcard() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("exact");
+    queue_record(&env, &format!("{j}-1"), &j, "2026-01-01T00:00:00.000Z");
+    for n in 0..25 {
+        queue_record(&env, &format!("{j}-1{n}"), &j, "2026-01-02T00:00:00.000Z");
+    }
+    queue_record(&env, &format!("{j}-2"), &j, "2026-01-01T00:00:00.000Z");
+    assert_eq!(fleet_json(&env, &url, &["--job", &j]).len(), 27, "all sent");
+    let elsewhere = Env::new();
+    elsewhere
+        .run(&["--store", &url, "show", &format!("{j}-1"), "--json"])
+        .ok()
+        .stdout_has(&format!("\"{j}-1\""));
+    // `_` is not a wildcard: `X_2` names no run when only `X-2` exists.
+    let under = format!("{}_2", j.replace('-', "_"));
+    let out = elsewhere.run(&["--store", &url, "show", &under]);
+    assert!(!out.stderr.contains("more than one") && out.stdout.is_empty(), "{}{}", out.stdout, out.stderr);
+    out.code(125);
+}
+
+/// Files in the queue that are not runws's records, whatever they hold,
+/// never hold back the records after them, and a huge one is not read.
+#[test]
+fn a_bad_file_in_the_queue_does_not_hold_the_others_back() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("poison");
+    // Records the store refuses: a time it cannot read, a NUL in a text.
+    for n in 0..40 {
+        queue_record(&env, &format!("{j}-bad{n}"), &j, "not a time");
+    }
+    queue_record(&env, &format!("{j}-nul"), &format!("{j}\0x"), "2026-01-01T00:00:00.000Z");
+    queue_record(&env, &format!("{j}-good"), &j, "2026-01-01T00:00:00.000Z");
+    // A huge (sparse) file named as a run's record.
+    let huge = std::fs::File::create(env.root.join("fleet-queue").join(format!("{j}-huge.json"))).unwrap();
+    huge.set_len(2 << 30).unwrap();
+    let began = std::time::Instant::now();
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    assert!(began.elapsed() < std::time::Duration::from_secs(5), "read the huge file: {:?}", began.elapsed());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["run_id"], format!("{j}-good"));
+    assert!(env.root.join("fleet-queue").join(format!("{j}-bad0.json")).exists(), "left alone");
+}
