@@ -165,8 +165,13 @@ fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
     crate::fsx::create_private_dirs(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
     let d = crate::fsx::Dir::open(&dir)?;
     let bytes = serde_json::to_vec(run).map_err(|e| Error::Other(e.to_string()))?;
-    // An end waiting replaces a start waiting: one file per run.
-    d.write_atomic(&format!("{}.json", run.run_id), &bytes, 0o600, true)
+    let name = format!("{}.json", run.run_id);
+    // An end waiting replaces a start waiting (one file per run), never the
+    // reverse: a start that gives up after its end was queued leaves it.
+    if run.status == "running" && d.lstat(&name)?.is_some() {
+        return Ok(());
+    }
+    d.write_atomic(&name, &bytes, 0o600, true)
 }
 
 /// Sends what waits in ROOT's queue to the store at `url`; how many. Gives
@@ -246,4 +251,41 @@ pub fn list(root: Option<&Root>, url: &str, q: &store::FleetQuery) -> Result<Vec
         let _ = flush_into(root, s.as_mut());
     }
     s.fleet_runs(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: &str) -> FleetRun {
+        FleetRun {
+            run_id: "r1".into(),
+            host: "h".into(),
+            root: "/r".into(),
+            job: "j".into(),
+            status: status.into(),
+            started_at: "2026-12-01T00:00:00.000Z".into(),
+            finished_at: None,
+            exit_code: None,
+            input_fingerprint: "sha256:00".into(),
+            outputs: Vec::new(),
+            archive: None,
+        }
+    }
+
+    /// A start queued after its end (a start that gave up late) leaves the
+    /// end; an end replaces a start.
+    #[test]
+    fn a_queued_end_is_never_replaced_by_a_start() {
+        let t = tempfile::tempdir().unwrap();
+        let root = crate::workspace::resolve_root(Some(t.path())).unwrap();
+        let file = queue_dir(&root).join("r1.json");
+        let read = || serde_json::from_slice::<FleetRun>(&std::fs::read(&file).unwrap()).unwrap().status;
+        enqueue(&root, &run("running")).unwrap();
+        assert_eq!(read(), "running");
+        enqueue(&root, &run("succeeded")).unwrap();
+        assert_eq!(read(), "succeeded");
+        enqueue(&root, &run("running")).unwrap();
+        assert_eq!(read(), "succeeded");
+    }
 }

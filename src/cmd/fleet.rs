@@ -47,13 +47,13 @@ pub fn ls(
             writeln!(out)?;
         }
     } else {
-        writeln!(out, "{:<38}{:<20}{:<22}{:<12}{:<26}EXIT", "RUN", "HOST", "JOB", "STATUS", "STARTED")?;
+        writeln!(out, "{:<37} {:<19} {:<21} {:<11} {:<25} EXIT", "RUN", "HOST", "JOB", "STATUS", "STARTED")?;
         for r in &runs {
             let t = shown::text;
             let exit = r.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
             writeln!(
                 out,
-                "{:<38}{:<20}{:<22}{:<12}{:<26}{exit}",
+                "{:<37} {:<19} {:<21} {:<11} {:<25} {exit}",
                 t(&r.run_id),
                 t(&r.host),
                 t(&r.job),
