@@ -13,17 +13,13 @@
 //! record is keyed by host and run id, and an ended one is never replaced by
 //! a running one: sending twice, or late, changes nothing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 use crate::store::{self, FleetOutput, FleetRun};
 use crate::workspace::Root;
-
-/// How long a fleet write may wait for the store to answer a connection.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Whether `url` names a store that keeps a fleet view.
 pub fn keeps_fleet(url: Option<&str>) -> bool {
@@ -53,10 +49,6 @@ pub fn run_of(m: &Manifest, root: &Path) -> FleetRun {
             .collect(),
         archive: None,
     }
-}
-
-fn queue_dir(root: &Root) -> PathBuf {
-    root.path().join("fleet-queue")
 }
 
 /// A connection to the fleet's store, kept from a run's start to its end.
@@ -93,7 +85,7 @@ pub fn record(
                 eprintln!(
                     "runws: warning: the store cannot take run `{}` now ({e}); its record waits in `{}` for the next runws",
                     run.run_id,
-                    queue_dir(root).display()
+                    root.fleet_queue_path().display()
                 );
             }
             Err(e.to_string())
@@ -135,7 +127,7 @@ pub fn finish(
                 "runws: warning: the store did not answer within {}s at the end of run `{}`; its record waits in `{}` for the next runws",
                 END_DEADLINE.as_secs(),
                 run.run_id,
-                queue_dir(root).display()
+                root.fleet_queue_path().display()
             ),
             Err(q) => eprintln!("runws: warning: run `{}` is not in the fleet view: {q}", run.run_id),
         }
@@ -149,7 +141,7 @@ pub fn queue(root: &Root, run: &FleetRun, why: &str) {
         Ok(()) => eprintln!(
             "runws: warning: the store cannot take run `{}` ({why}); its record waits in `{}` for the next runws",
             run.run_id,
-            queue_dir(root).display()
+            root.fleet_queue_path().display()
         ),
         Err(q) => {
             eprintln!(
@@ -161,9 +153,9 @@ pub fn queue(root: &Root, run: &FleetRun, why: &str) {
 }
 
 fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
-    let dir = queue_dir(root);
-    crate::fsx::create_private_dirs(&dir).map_err(|e| Error::io("cannot create", &dir, e))?;
-    let d = crate::fsx::Dir::open(&dir)?;
+    let d = root
+        .fleet_queue(true)?
+        .ok_or_else(|| Error::Other(format!("`{}` vanished", root.fleet_queue_path().display())))?;
     let bytes = serde_json::to_vec(run).map_err(|e| Error::Other(e.to_string()))?;
     let name = format!("{}.json", run.run_id);
     // An end waiting replaces a start waiting (one file per run), never the
@@ -177,7 +169,7 @@ fn enqueue(root: &Root, run: &FleetRun) -> Result<()> {
 /// Sends what waits in ROOT's queue to the store at `url`; how many. Gives
 /// up after [`END_DEADLINE`] (what is not sent stays queued).
 pub fn flush(root: &Root, url: &str) -> Result<usize> {
-    if !queue_dir(root).is_dir() {
+    if !root.fleet_queue_path().is_dir() {
         return Ok(0);
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -229,7 +221,7 @@ fn queued(d: &crate::fsx::Dir, name: &std::ffi::OsStr) -> Option<FleetRun> {
 }
 
 fn flush_into(root: &Root, s: &mut dyn store::Store) -> Result<usize> {
-    let Ok(d) = crate::fsx::Dir::open(queue_dir(root)) else { return Ok(0) };
+    let Ok(Some(d)) = root.fleet_queue(false) else { return Ok(0) };
     let mut sent = 0;
     for (name, _) in d.entries_raw()? {
         // A plain run's command can write here (it runs as the same user):
@@ -279,7 +271,7 @@ mod tests {
     fn a_queued_end_is_never_replaced_by_a_start() {
         let t = tempfile::tempdir().unwrap();
         let root = crate::workspace::resolve_root(Some(t.path())).unwrap();
-        let file = queue_dir(&root).join("r1.json");
+        let file = root.fleet_queue_path().join("r1.json");
         let read = || serde_json::from_slice::<FleetRun>(&std::fs::read(&file).unwrap()).unwrap().status;
         enqueue(&root, &run("running")).unwrap();
         assert_eq!(read(), "running");

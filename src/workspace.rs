@@ -126,6 +126,8 @@ pub const QUARANTINE: &str = "quarantine";
 /// `ROOT/restores`: restores in progress, and the scratch of lane reviews
 /// and promotions.
 pub const RESTORES: &str = "restores";
+/// `ROOT/fleet-queue`: fleet records waiting for the store (see `crate::fleet`).
+const FLEET_QUEUE: &str = "fleet-queue";
 
 /// ROOT: the directory holding everything runws keeps, laid out as its
 /// methods name it. Reads as the path it is.
@@ -250,6 +252,31 @@ impl Root {
     /// `ROOT/restores`.
     pub fn restores(&self) -> PathBuf {
         self.0.join(RESTORES)
+    }
+
+    /// `ROOT/fleet-queue`: the fleet view's records its store could not
+    /// take yet (see `crate::fleet`).
+    pub fn fleet_queue_path(&self) -> PathBuf {
+        self.0.join(FLEET_QUEUE)
+    }
+
+    /// `ROOT/fleet-queue`, opened (made first with `create`); never through
+    /// a symlink planted in its place. `None` when it does not exist.
+    pub fn fleet_queue(&self, create: bool) -> Result<Option<Dir>> {
+        let queue = self.fleet_queue_path();
+        if create {
+            crate::fsx::create_private_dirs(&queue).ctx("cannot create", &queue)?;
+        }
+        let root = match Dir::open(&self.0) {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            other => other?,
+        };
+        match root.sub(FLEET_QUEUE) {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            other => other.map(Some),
+        }
     }
 }
 

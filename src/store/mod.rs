@@ -193,12 +193,16 @@ fn open_postgres(url: &str) -> Result<Box<dyn Store>> {
     Ok(Box::new(postgres::PgStore::connect(url, None)?))
 }
 
+/// How long a fleet write waits for the store to take its connection.
+#[cfg(feature = "postgres")]
+const FLEET_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Opens the PostgreSQL store at `url` for a fleet write: a connection
-/// that does not answer within [`crate::fleet::CONNECT_TIMEOUT`] fails
-/// (the URL's own `connect_timeout` wins).
+/// not taken within [`FLEET_CONNECT_TIMEOUT`] fails (the URL's own
+/// `connect_timeout` wins).
 #[cfg(feature = "postgres")]
 pub fn open_fleet(url: &str) -> Result<Box<dyn Store>> {
-    Ok(Box::new(postgres::PgStore::connect(url, Some(crate::fleet::CONNECT_TIMEOUT))?))
+    Ok(Box::new(postgres::PgStore::connect(url, Some(FLEET_CONNECT_TIMEOUT))?))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -457,24 +461,24 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `s` with its `%xx` escapes decoded, best effort (for matching a key).
-fn decoded(s: &str) -> String {
-    let mut out = Vec::with_capacity(s.len());
+/// The bytes of `s` with its `%xx` escapes decoded; `None` for an escape
+/// that is not `%` and two hex digits.
+pub(crate) fn percent_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        match s.get(i + 1..i + 3).filter(|h| b[i] == b'%' && h.bytes().all(|c| c.is_ascii_hexdigit())) {
-            Some(h) => {
-                out.push(u8::from_str_radix(h, 16).unwrap_or(b'%'));
-                i += 3;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
+        if b[i] == b'%' {
+            // Two hex digits, nothing else (`from_str_radix` takes a sign).
+            let hex = s.get(i + 1..i + 3).filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(out)
 }
 
 /// `url` with any password replaced, for messages.
@@ -508,7 +512,11 @@ pub(crate) fn redact_url(url: &str) -> String {
                 .split('&')
                 .map(|p| match p.split_once('=') {
                     // The key as the parser reads it, `%xx` decoded.
-                    Some((k, _)) if decoded(k).eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    Some((k, _))
+                        if percent_decode(k).is_some_and(|k| k.eq_ignore_ascii_case(b"password")) =>
+                    {
+                        format!("{k}=***")
+                    }
                     _ => p.to_string(),
                 })
                 .collect();

@@ -93,24 +93,8 @@ impl Env for ProcessEnv {
 
 /// Decodes `%XX` escapes (a URL's query values).
 fn percent_decode(s: &str) -> Result<String, String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            // Two hex digits, nothing else (`from_str_radix` takes a sign).
-            let hex = s
-                .get(i + 1..i + 3)
-                .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
-                .ok_or_else(|| format!("bad escape in `{s}`"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape in `{s}`"))?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("`{s}` is not UTF-8 once decoded"))
+    let bytes = super::percent_decode(s).ok_or_else(|| format!("bad escape in `{s}`"))?;
+    String::from_utf8(bytes).map_err(|_| format!("`{s}` is not UTF-8 once decoded"))
 }
 
 /// The target of `url`, completed from `env` as libpq would: `PGHOST`,

@@ -249,3 +249,23 @@ fn a_bad_file_in_the_queue_does_not_hold_the_others_back() {
     assert_eq!(runs[0]["run_id"], format!("{j}-good"));
     assert!(env.root.join("fleet-queue").join(format!("{j}-bad0.json")).exists(), "left alone");
 }
+
+/// A plain run's command that plants a symlink where ROOT's queue goes
+/// does not get runws to write there: the record is refused a place, and
+/// runws says so.
+#[test]
+fn a_queue_planted_as_a_symlink_is_not_followed() {
+    if pg().is_none() {
+        return;
+    }
+    let env = Env::new();
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = format!("postgres://runws:x@127.0.0.1:{closed}/runws_test");
+    let plant = format!("ln -s {} \"$RUNWS_DIR/../../fleet-queue\"", elsewhere.display());
+    env.run(&["--store", &down, "run", "--run-id", "planted", "--", "sh", "-c", &plant])
+        .ok()
+        .stderr_has("cannot be queued");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "runws wrote through the planted link");
+}
