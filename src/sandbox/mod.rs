@@ -67,7 +67,7 @@ pub use crate::manifest::sandbox::{
     Backend, Enforced, Kind, LandlockRecord, Missing, Net, SandboxRecord as Record,
 };
 pub use isolated::Isolated;
-pub use plan::{Choice, Options, mode, prepare, prepare_landlock};
+pub use plan::{Choice, Options, mode, prepare};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;

@@ -85,7 +85,7 @@ pub enum Choice {
     Landlock,
 }
 
-fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
+pub(super) fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
     let p = base.join(p);
     let c = std::fs::canonicalize(&p).map_err(|e| Error::Usage(format!("{what} `{}`: {e}", p.display())))?;
     if c == Path::new("/") {
@@ -113,7 +113,7 @@ fn home_in(text: &str, uid: u32) -> Option<PathBuf> {
     })
 }
 
-fn homes(uid: u32) -> Vec<PathBuf> {
+pub(super) fn homes(uid: u32) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(home) = passwd_home(uid) {
         out.push(home);
@@ -469,28 +469,14 @@ pub fn prepare(
     let report = Some(report_r);
 
     let record = Record {
-        kind: opts.kind,
-        mode: mode_name(opts).into(),
-        net: opts.net,
         user_namespace: uid != 0,
-        rw: opts.rw.iter().map(|p| p.display().to_string()).collect(),
-        ro: opts.ro.iter().map(|p| p.display().to_string()).collect(),
-        hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
         layout: mounts,
-        nested_userns: opts.allow_userns,
         host_ids,
-        missing: Vec::new(),
-        allow_import: None,
         backend: (opts.kind == Kind::Sandbox).then_some(super::Backend::Namespaces),
-        chosen_because: None,
         enforced: if opts.kind == Kind::Sandbox { namespace_protections(opts.net) } else { Vec::new() },
-        not_covered: Vec::new(),
-        landlock: None,
-        extra: Default::default(),
+        ..asked(opts)
     };
-    // A path JSON cannot hold refuses the run here, not at a later write.
-    serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?;
-    m.sandbox = Some(record);
+    put_record(m, record)?;
     // Shared cache locks, held for the run's life: `cache warm` (exclusive)
     // never rewrites a cache a live run shows.
     let mut cache_locks = Vec::new();
@@ -515,178 +501,38 @@ pub fn prepare(
     })
 }
 
-/// The Landlock backend's side of [`prepare`]: no namespace, no mount; the
-/// rules the command's process enforces on itself (see
-/// [`super::landlock`]), and the run recorded as such. `why` says why the
-/// backend was chosen when the user did not name it.
-pub fn prepare_landlock(
-    opts: &Options,
-    spec: &mut Spec,
-    run: &RunDir,
-    root: &Path,
-    exe: &Path,
-    why: Option<String>,
-    m: &mut Manifest,
-) -> Result<Setup> {
-    use super::landlock;
-    let uid = nix::unistd::getuid().as_raw();
-    let gid = nix::unistd::getgid().as_raw();
-    let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
-    let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
-    let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
-    let program = std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone());
-    let base = std::env::current_dir().ctx("cannot read the current directory", ".")?;
-    let abi = landlock::abi();
-    let (enforced, gaps) = landlock::protections(abi, opts.net == Net::None);
-    let mut missing = Vec::new();
-    for gap in gaps {
-        if !opts.try_mode {
-            return Err(Error::Sandbox(format!("{gap} (--sandbox=try runs without it)")));
-        }
-        missing.push(super::Missing { protection: gap.protection.to_string(), why: gap.why });
-    }
-    let mut hidden: Vec<PathBuf> = homes(uid);
-    hidden.push(root.clone());
-    if uid == 0 {
-        hidden.extend(landlock::ROOT_SECRETS.iter().map(PathBuf::from).filter(|p| p.exists()));
-    }
-    let mut named: Vec<(PathBuf, &str)> = Vec::new();
-    for p in &opts.hide {
-        let c = canonical(p, "--hide", &base)?;
-        hidden.push(c.clone());
-        named.push((c, "--hide"));
-    }
-    let mut granted = vec![run_dir.clone(), exe.clone(), program];
-    for p in &opts.ro {
-        let c = canonical(p, "--ro", &base)?;
-        granted.push(c.clone());
-        named.push((c, "--ro"));
-    }
-    let mut write: Vec<PathBuf> = EVIDENCE
-        .iter()
-        .chain(SCRATCH.iter())
-        .map(|sub| run_dir.join(sub))
-        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
-        .collect();
-    for p in &opts.rw {
-        let c = canonical(p, "--rw", &base)?;
-        write.push(c.clone());
-        named.push((c, "--rw"));
-    }
-    for c in caches(opts, &base)? {
-        if c.target != c.dir {
-            return Err(Error::Usage(format!(
-                "--cache `{}:{}`: the Landlock backend cannot show a directory at another path \
-                 (give --cache `{}`, or use --sandbox=ns)",
-                c.dir.display(),
-                c.target.display(),
-                c.dir.display()
-            )));
-        }
-        write.push(c.dir);
-    }
-    for (i, (a, flag)) in named.iter().enumerate() {
-        if named[..i].iter().any(|(b, _)| b == a) {
-            return Err(Error::Usage(format!(
-                "`{}` is named by more than one of --rw, --ro and --hide",
-                a.display()
-            )));
-        }
-        // Landlock only adds access: what lies inside a writable path stays
-        // writable, whatever a narrower flag says.
-        if *flag != "--rw"
-            && let Some(w) = write.iter().find(|w| a.starts_with(w) && *w != a)
-        {
-            return Err(Error::Usage(format!(
-                "{flag} `{}` lies inside the writable `{}`: the Landlock backend cannot take access \
-                 back below a granted path (use --sandbox=ns)",
-                a.display(),
-                w.display()
-            )));
-        }
-    }
-    // Nor can a writable directory keep a hidden path below it (a home,
-    // ROOT with the other runs, root's secrets) out of reach.
-    for w in &write {
-        if let Some(h) =
-            hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).find(|h| h.starts_with(w) && h != w)
-        {
-            return Err(Error::Usage(format!(
-                "`{}` is writable and holds the hidden `{}`: the Landlock backend cannot take access back \
-                 below a granted path (use --sandbox=ns)",
-                w.display(),
-                h.display()
-            )));
-        }
-    }
-    let rules = landlock::rules(&hidden, &granted, &write, opts.net == Net::None);
-    let plan = Plan {
-        kind: Kind::Sandbox,
-        try_mode: opts.try_mode,
-        net: opts.net,
-        user_namespace: false,
-        uid,
-        gid,
-        runws_pid: std::process::id() as i32,
-        program: spec.program.clone(),
-        cwd: spec.cwd.clone(),
-        run_dir: run_dir.clone(),
-        mounts: Vec::new(),
-        allow_userns: opts.allow_userns,
-        unprivileged: None,
-        own_userns_fd: None,
-        net_fd: None,
-        report_fd: None,
-        landlock: Some(rules.clone()),
-    };
-    let (status_r, original_program) = hand_to_init(spec, &exe, &plan, true)?;
-    let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
-    hidden.sort();
-    hidden.dedup();
-    let record = Record {
-        kind: Kind::Sandbox,
+/// The sandbox record of what `opts` asked for, either backend; each fills
+/// in what it did.
+pub(super) fn asked(opts: &Options) -> Record {
+    let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect();
+    Record {
+        kind: opts.kind,
         mode: mode_name(opts).into(),
         net: opts.net,
         user_namespace: false,
-        rw: opts.rw.iter().map(|p| p.display().to_string()).collect(),
-        ro: opts.ro.iter().map(|p| p.display().to_string()).collect(),
-        hide: opts.hide.iter().map(|p| p.display().to_string()).collect(),
+        rw: shown(&opts.rw),
+        ro: shown(&opts.ro),
+        hide: shown(&opts.hide),
         layout: Vec::new(),
         nested_userns: opts.allow_userns,
         host_ids: None,
         missing: Vec::new(),
         allow_import: None,
-        backend: Some(super::Backend::Landlock),
-        chosen_because: why,
-        enforced: enforced.into_iter().map(|(protection, by)| super::Enforced { protection, by }).collect(),
-        not_covered: landlock::not_covered(uid == 0),
-        landlock: Some(super::LandlockRecord {
-            abi: abi.unwrap_or(0),
-            hidden: shown(&hidden),
-            writable: shown(&rules.write),
-        }),
+        backend: None,
+        chosen_because: None,
+        enforced: Vec::new(),
+        not_covered: Vec::new(),
+        landlock: None,
         extra: Default::default(),
-    };
+    }
+}
+
+/// Puts `record` in the manifest; a path JSON cannot hold refuses the run
+/// here, not at a later write.
+pub(super) fn put_record(m: &mut Manifest, record: Record) -> Result<()> {
     serde_json::to_value(&record).map_err(|e| Error::Sandbox(format!("cannot record: {e}")))?;
     m.sandbox = Some(record);
-    let mut cache_locks = Vec::new();
-    for c in caches(opts, &base)? {
-        cache_locks.push(crate::cache::lock(&c.dir, false)?);
-    }
-    let broker = broker::Server::bind(run)?;
-    Ok(Setup {
-        _cache_locks: cache_locks,
-        kind: Kind::Sandbox,
-        status: Some(status_r),
-        report: None,
-        reported: std::cell::Cell::new(None),
-        broker: Some(broker),
-        program: original_program,
-        json: opts.json,
-        missing,
-        git_common: None,
-        landlock: true,
-    })
+    Ok(())
 }
 
 /// What enforces each protection of the namespace backend, for the record.
@@ -717,7 +563,12 @@ fn namespace_protections(net: Net) -> Vec<super::Enforced> {
 /// its command keeps every capability, and with them could read that
 /// memory anyway. Returns the status pipe's reading end and the command's
 /// program.
-fn hand_to_init(spec: &mut Spec, exe: &Path, plan: &Plan, in_process: bool) -> Result<(OwnedFd, PathBuf)> {
+pub(super) fn hand_to_init(
+    spec: &mut Spec,
+    exe: &Path,
+    plan: &Plan,
+    in_process: bool,
+) -> Result<(OwnedFd, PathBuf)> {
     let (status_r, status_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ctx("cannot create pipe", "sandbox status")?;
     let status_w = child::high_fd(status_w)?;
