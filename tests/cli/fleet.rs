@@ -251,7 +251,7 @@ fn a_bad_file_in_the_queue_does_not_hold_the_others_back() {
 }
 
 /// A plain run's command that plants a symlink where ROOT's queue goes
-/// does not get runws to write there: the record is refused a place, and
+/// does not get a later runws to write there: the record is refused a place, and
 /// runws says so.
 #[test]
 fn a_queue_planted_as_a_symlink_is_not_followed() {
@@ -263,8 +263,10 @@ fn a_queue_planted_as_a_symlink_is_not_followed() {
     std::fs::create_dir_all(&elsewhere).unwrap();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let down = format!("postgres://runws:x@127.0.0.1:{closed}/runws_test");
+    // An earlier run's command leaves the link for a later runws.
     let plant = format!("ln -s {} \"$RUNWS_DIR/../../fleet-queue\"", elsewhere.display());
-    env.run(&["--store", &down, "run", "--run-id", "planted", "--", "sh", "-c", &plant])
+    env.run(&["run", "--run-id", "planter", "--", "sh", "-c", &plant]).ok();
+    env.run(&["--store", &down, "run", "--run-id", "planted", "--", "true"])
         .ok()
         .stderr_has("cannot be queued");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "runws wrote through the planted link");
