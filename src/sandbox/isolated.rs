@@ -81,7 +81,7 @@ impl Isolation for Isolated {
                 ));
             }
             self.own = None;
-            let setup = super::landlock::prepare(&opts, spec, at.run, at.root, at.exe, why, m)?;
+            let setup = super::landlock_plan::prepare(&opts, spec, at.run, at.root, at.exe, why, m)?;
             if let Some(rec) = m.sandbox.as_mut() {
                 rec.allow_import = Some(at.allow_import.to_vec());
             }

@@ -50,6 +50,7 @@ pub mod init;
 mod isolated;
 mod kernel;
 pub mod landlock;
+mod landlock_plan;
 pub mod mounts;
 pub mod ns;
 mod plan;

@@ -1,0 +1,175 @@
+//! The Landlock backend's preparation: what to hide, grant and make
+//! writable for this run, checked for what Landlock cannot express, the
+//! plan the command's process enforces (see [`super::landlock`]), and the
+//! run's sandbox record.
+
+use std::path::{Path, PathBuf};
+
+use super::landlock;
+use super::plan::{asked, caches, canonical, hand_to_init, homes, put_record};
+use super::{Kind, Net, Options, Plan, Record, Setup, broker};
+use crate::child::Spec;
+use crate::error::{Error, IoContext, Result};
+use crate::manifest::Manifest;
+use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
+
+/// The Landlock backend's side of [`super::prepare`]: no namespace, no mount; the
+/// rules the command's process enforces on itself (see
+/// [`super::landlock`]), and the run recorded as such. `why` says why the
+/// backend was chosen when the user did not name it.
+pub fn prepare(
+    opts: &Options,
+    spec: &mut Spec,
+    run: &RunDir,
+    root: &Path,
+    exe: &Path,
+    why: Option<String>,
+    m: &mut Manifest,
+) -> Result<Setup> {
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
+    let root = std::fs::canonicalize(root).ctx("cannot resolve", root)?;
+    let exe = std::fs::canonicalize(exe).ctx("cannot resolve", exe)?;
+    let program = std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone());
+    let base = std::env::current_dir().ctx("cannot read the current directory", ".")?;
+    let abi = landlock::abi();
+    let (enforced, gaps) = landlock::protections(abi, opts.net == Net::None);
+    let mut missing = Vec::new();
+    for gap in gaps {
+        if !opts.try_mode {
+            return Err(Error::Sandbox(format!("{gap} (--sandbox=try runs without it)")));
+        }
+        missing.push(super::Missing { protection: gap.protection.to_string(), why: gap.why });
+    }
+    let mut hidden: Vec<PathBuf> = homes(uid);
+    hidden.push(root.clone());
+    if uid == 0 {
+        hidden.extend(landlock::ROOT_SECRETS.iter().map(PathBuf::from).filter(|p| p.exists()));
+    }
+    let mut named: Vec<(PathBuf, &str)> = Vec::new();
+    for p in &opts.hide {
+        let c = canonical(p, "--hide", &base)?;
+        hidden.push(c.clone());
+        named.push((c, "--hide"));
+    }
+    let mut granted = vec![run_dir.clone(), exe.clone(), program];
+    for p in &opts.ro {
+        let c = canonical(p, "--ro", &base)?;
+        granted.push(c.clone());
+        named.push((c, "--ro"));
+    }
+    let mut write: Vec<PathBuf> = EVIDENCE
+        .iter()
+        .chain(SCRATCH.iter())
+        .map(|sub| run_dir.join(sub))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+        .collect();
+    for p in &opts.rw {
+        let c = canonical(p, "--rw", &base)?;
+        write.push(c.clone());
+        named.push((c, "--rw"));
+    }
+    for c in caches(opts, &base)? {
+        if c.target != c.dir {
+            return Err(Error::Usage(format!(
+                "--cache `{}:{}`: the Landlock backend cannot show a directory at another path \
+                 (give --cache `{}`, or use --sandbox=ns)",
+                c.dir.display(),
+                c.target.display(),
+                c.dir.display()
+            )));
+        }
+        write.push(c.dir);
+    }
+    for (i, (a, flag)) in named.iter().enumerate() {
+        if named[..i].iter().any(|(b, _)| b == a) {
+            return Err(Error::Usage(format!(
+                "`{}` is named by more than one of --rw, --ro and --hide",
+                a.display()
+            )));
+        }
+        // Landlock only adds access: what lies inside a writable path stays
+        // writable, whatever a narrower flag says.
+        if *flag != "--rw"
+            && let Some(w) = write.iter().find(|w| a.starts_with(w) && *w != a)
+        {
+            return Err(Error::Usage(format!(
+                "{flag} `{}` lies inside the writable `{}`: the Landlock backend cannot take access \
+                 back below a granted path (use --sandbox=ns)",
+                a.display(),
+                w.display()
+            )));
+        }
+    }
+    // Nor can a writable directory keep a hidden path below it (a home,
+    // ROOT with the other runs, root's secrets) out of reach.
+    for w in &write {
+        if let Some(h) =
+            hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).find(|h| h.starts_with(w) && h != w)
+        {
+            return Err(Error::Usage(format!(
+                "`{}` is writable and holds the hidden `{}`: the Landlock backend cannot take access back \
+                 below a granted path (use --sandbox=ns)",
+                w.display(),
+                h.display()
+            )));
+        }
+    }
+    let rules = landlock::rules(&hidden, &granted, &write, opts.net == Net::None);
+    let plan = Plan {
+        kind: Kind::Sandbox,
+        try_mode: opts.try_mode,
+        net: opts.net,
+        user_namespace: false,
+        uid,
+        gid,
+        runws_pid: std::process::id() as i32,
+        program: spec.program.clone(),
+        cwd: spec.cwd.clone(),
+        run_dir: run_dir.clone(),
+        mounts: Vec::new(),
+        allow_userns: opts.allow_userns,
+        unprivileged: None,
+        own_userns_fd: None,
+        net_fd: None,
+        report_fd: None,
+        landlock: Some(rules.clone()),
+    };
+    let (status_r, original_program) = hand_to_init(spec, &exe, &plan, true)?;
+    let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    hidden.sort();
+    hidden.dedup();
+    let record = Record {
+        kind: Kind::Sandbox,
+        backend: Some(super::Backend::Landlock),
+        chosen_because: why,
+        enforced: enforced.into_iter().map(|(protection, by)| super::Enforced { protection, by }).collect(),
+        not_covered: landlock::not_covered(uid == 0),
+        landlock: Some(super::LandlockRecord {
+            abi: abi.unwrap_or(0),
+            hidden: shown(&hidden),
+            writable: shown(&rules.write),
+        }),
+        ..asked(opts)
+    };
+    put_record(m, record)?;
+    let mut cache_locks = Vec::new();
+    for c in caches(opts, &base)? {
+        cache_locks.push(crate::cache::lock(&c.dir, false)?);
+    }
+    let broker = broker::Server::bind(run)?;
+    Ok(Setup {
+        _cache_locks: cache_locks,
+        kind: Kind::Sandbox,
+        status: Some(status_r),
+        report: None,
+        reported: std::cell::Cell::new(None),
+        broker: Some(broker),
+        program: original_program,
+        json: opts.json,
+        missing,
+        git_common: None,
+        landlock: true,
+    })
+}
