@@ -6,6 +6,7 @@
 //! public, so code nothing uses is reported as dead.
 
 mod allowlist;
+mod archive_store;
 mod cache;
 mod capture;
 mod cgroup;

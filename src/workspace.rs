@@ -126,6 +126,9 @@ pub const QUARANTINE: &str = "quarantine";
 /// `ROOT/restores`: restores in progress, and the scratch of lane reviews
 /// and promotions.
 pub const RESTORES: &str = "restores";
+/// `ROOT/uploads`: seals on their way to an archive store, staged on this
+/// disk (see `crate::seal::remote`).
+const UPLOADS: &str = "uploads";
 /// `ROOT/fleet-queue`: fleet records waiting for the store (see `crate::fleet`).
 const FLEET_QUEUE: &str = "fleet-queue";
 
@@ -252,6 +255,11 @@ impl Root {
     /// `ROOT/restores`.
     pub fn restores(&self) -> PathBuf {
         self.0.join(RESTORES)
+    }
+
+    /// `ROOT/uploads`.
+    pub fn uploads(&self) -> PathBuf {
+        self.0.join(UPLOADS)
     }
 
     /// `ROOT/fleet-queue`: the fleet view's records its store could not

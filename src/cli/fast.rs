@@ -91,7 +91,8 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "pids" => a.pids = Some(number(&mut words).filter(|n| *n >= 1)?),
             "cpu" => a.cpu = Some(crate::cgroup::parse_cores(&text(&mut words)?).ok()?),
             "limits=on" | "limits=try" => a.limits = Some(name["limits=".len()..].into()),
-            "to" => a.seal_opts.to = Some(value(&mut words)?.into()),
+            "to" => a.seal_opts.to = Some(text(&mut words)?),
+            "archive-store" => a.seal_opts.archive_store = Some(text(&mut words)?),
             "format" => a.seal_opts.format = one_of(&mut words, &crate::seal::archive::Format::NAMES)?,
             "include" => a.seal_opts.include.push(text(&mut words)?),
             "max-bytes" => a.seal_opts.max_bytes = duration::parse_size(&text(&mut words)?).ok()?,
@@ -193,6 +194,7 @@ fn defaults() -> RunArgs {
         seal: false,
         seal_opts: SealArgs {
             to: None,
+            archive_store: None,
             format: crate::seal::DEFAULT_FORMAT_SHOWN.into(),
             include: Vec::new(),
             max_bytes: crate::seal::DEFAULT_MAX_BYTES,

@@ -499,9 +499,14 @@ the run's own lease for the command, for at most the run's --lease-ttl.")]
 // these options.)
 #[derive(Debug, Args, Clone)]
 pub struct SealArgs {
-    /// Directory for the archive (default: ROOT/archive/<job>)
-    #[arg(long = "to", value_name = "DIR", id = "seal_to")]
-    pub to: Option<PathBuf>,
+    /// Directory or s3://BUCKET/PREFIX for the archive (default: the archive
+    /// store's <job>, else ROOT/archive/<job>)
+    #[arg(long = "to", value_name = "DIR|URL", id = "seal_to")]
+    pub to: Option<String>,
+    /// Where a run of job J seals to, as J/ under it: s3://BUCKET/PREFIX or
+    /// a directory (default: RUNWS_ARCHIVE_STORE, else ROOT/archive)
+    #[arg(long, value_name = "URL")]
+    pub archive_store: Option<String>,
     /// Archive format
     #[arg(long, value_name = "FMT", default_value = crate::seal::DEFAULT_FORMAT_SHOWN, value_parser = crate::seal::archive::Format::NAMES)]
     pub format: String,

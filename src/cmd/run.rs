@@ -61,7 +61,8 @@ fn run_with(
     store: Option<&str>,
     isolation: Box<dyn Isolation>,
 ) -> anyhow::Result<u8> {
-    let seal = args.seal.then(|| super::seal::options(&args.seal_opts));
+    // A bad `--to` or archive store is refused before the command runs.
+    let seal = args.seal.then(|| super::seal::options(&args.seal_opts)).transpose()?;
     let in_work = args.cwd.is_none() && args.worktree.is_none();
     let command = args.command.clone();
     let finished = run::run(request(args, root, store, isolation))?;

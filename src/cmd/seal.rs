@@ -12,16 +12,18 @@ use crate::seal::checkpoint::{self, Checkpoint, SealOptions, Source};
 use crate::seal::scan;
 use crate::workspace::{self, RunDir};
 
-pub fn options(a: &SealArgs) -> SealOptions {
-    SealOptions {
-        to: a.to.clone(),
+pub fn options(a: &SealArgs) -> crate::error::Result<SealOptions> {
+    let to = a.to.as_deref().map(crate::archive_store::Place::parse).transpose()?;
+    Ok(SealOptions {
+        to,
+        store: crate::archive_store::configured(a.archive_store.as_deref())?,
         format: Format::named(&a.format).unwrap_or(crate::seal::DEFAULT_FORMAT),
         include: a.include.clone(),
         max_bytes: a.max_bytes,
         max_files: a.max_files,
         deadline: a.deadline,
         allow_unscanned: a.allow_unscanned,
-    }
+    })
 }
 
 /// Seals a run and reports it; returns the exit code the checkpoint means.
@@ -67,9 +69,9 @@ pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs, json: bool) -> anyh
     let id = if run == "last" { super::ls::last_run(&root, None)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
     if !json {
-        return seal_run(&rd, &options(args));
+        return seal_run(&rd, &options(args)?);
     }
-    let cp = checkpoint::seal(&rd, &options(args))?;
+    let cp = checkpoint::seal(&rd, &options(args)?)?;
     let code = report(&rd.id, &cp);
     let mut object = serde_json::Map::new();
     object.insert("run_id".into(), rd.id.clone().into());

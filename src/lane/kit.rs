@@ -282,8 +282,15 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
         deadline: Some(Instant::now() + defaults.deadline),
         include: KIT_ENTRIES.iter().map(|s| s.to_string()).collect(),
     };
-    let target =
-        Target { src: lane.path(), dir: &dir, stem: &stem, subject: Subject::Lane { lane: &lane.name } };
+    let dest = crate::archive_store::Place::Local(dir);
+    let scratch = lane.root.uploads();
+    let target = Target {
+        src: lane.path(),
+        dest: &dest,
+        scratch: &scratch,
+        stem: &stem,
+        subject: Subject::Lane { lane: &lane.name },
+    };
     let cp = checkpoint::seal_tree(&target, &pack, prior, false)?;
 
     checker.scan =

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::archive::{self, Format, Inspector, NoInspection, PackOptions, PackReport};
 use super::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
+use crate::archive_store::Place;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
 use crate::manifest::{self, Status};
@@ -31,8 +32,12 @@ use crate::workspace::{QUARANTINE, RunDir};
 /// What the user asked the seal to do.
 #[derive(Debug, Clone)]
 pub struct SealOptions {
-    /// Where archives go (default `ROOT/archive/<job>`).
-    pub to: Option<PathBuf>,
+    /// Where archives go (default: the archive store's `<job>`, else
+    /// `ROOT/archive/<job>`).
+    pub to: Option<Place>,
+    /// The archive store (`--archive-store`, `RUNWS_ARCHIVE_STORE`): a run
+    /// of job J seals to its `J`.
+    pub store: Option<Place>,
     pub format: Format,
     /// Scratch directories to pack as well (`home`, `cache`).
     pub include: Vec<String>,
@@ -48,6 +53,7 @@ impl Default for SealOptions {
     fn default() -> SealOptions {
         SealOptions {
             to: None,
+            store: None,
             format: super::DEFAULT_FORMAT,
             include: Vec::new(),
             max_bytes: super::DEFAULT_MAX_BYTES,
@@ -158,8 +164,11 @@ pub enum Subject<'a> {
 pub struct Target<'a> {
     /// The directory whose `include`d entries are packed.
     pub src: &'a Path,
-    /// The directory the archive, its checksum file and receipt go to.
-    pub dir: &'a Path,
+    /// Where the archive, its checksum file and receipt go.
+    pub dest: &'a Place,
+    /// A directory on this disk a seal to a bucket stages under
+    /// (`ROOT/uploads`).
+    pub scratch: &'a Path,
     /// The archive's name without its extension.
     pub stem: &'a str,
     pub subject: Subject<'a>,
@@ -180,10 +189,12 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
             run.id
         )));
     }
-    let dir = match &opts.to {
-        Some(d) => d.clone(),
-        None => run.root.job_archive(&m.job),
+    let dest = match (&opts.to, &opts.store) {
+        (Some(to), _) => to.clone(),
+        (None, Some(store)) => store.for_job(&m.job)?,
+        (None, None) => Place::Local(run.root.job_archive(&m.job)),
     };
+    let scratch = run.root.uploads();
     let pack_opts = PackOptions {
         format: opts.format,
         max_bytes: opts.max_bytes,
@@ -193,7 +204,8 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     };
     let target = Target {
         src: run.path(),
-        dir: &dir,
+        dest: &dest,
+        scratch: &scratch,
         stem: &run.id,
         subject: Subject::Run { run_id: &run.id, job: &m.job },
     };
@@ -201,11 +213,11 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
     record(run, cp)
 }
 
-/// Seals `target.src` into `target.dir/<stem>.<ext>` when the pack succeeds
+/// Seals `target.src` into `<dest>/<stem>.<ext>` when the pack succeeds
 /// and neither the scan of every packed byte nor `prior` (findings the
 /// caller made before packing) found anything, and the scan could look
 /// inside every compressed file and archive (unless `allow_unscanned`);
-/// otherwise into `target.dir/quarantine/`, unscanned; otherwise nothing,
+/// otherwise into `<dest>/quarantine/`, unscanned; otherwise nothing,
 /// said in the returned checkpoint. An error means nothing was attempted:
 /// the archive name is taken or the directory cannot be made.
 pub fn seal_tree(
@@ -214,17 +226,38 @@ pub fn seal_tree(
     prior: Vec<Finding>,
     allow_unscanned: bool,
 ) -> Result<Checkpoint> {
-    let dir = target.dir;
+    match target.dest {
+        Place::Local(dir) => seal_local(target, dir, pack_opts, prior, allow_unscanned),
+        Place::S3(place) => super::remote::seal(target, place, pack_opts, prior, allow_unscanned),
+    }
+}
+
+/// What a taken archive name means, for the refusal.
+pub(super) fn sealed_already(target: &Target<'_>) -> String {
+    match target.subject {
+        Subject::Run { run_id, .. } => format!("run `{run_id}` is sealed"),
+        Subject::Lane { lane } => format!("lane `{lane}` is sealed"),
+    }
+}
+
+/// [`seal_tree`] into the directory `dir`.
+pub(super) fn seal_local(
+    target: &Target<'_>,
+    dir: &Path,
+    pack_opts: &PackOptions,
+    prior: Vec<Finding>,
+    allow_unscanned: bool,
+) -> Result<Checkpoint> {
     crate::fsx::create_private_dirs(dir).ctx("cannot create", dir)?;
     let ext = pack_opts.format.extension();
     let name = format!("{}.{ext}", target.stem);
     let final_path = dir.join(&name);
     if final_path.exists() {
-        let what = match target.subject {
-            Subject::Run { run_id, .. } => format!("run `{run_id}` is sealed"),
-            Subject::Lane { lane } => format!("lane `{lane}` is sealed"),
-        };
-        return Err(Error::Usage(format!("`{}` already exists: {what}", final_path.display())));
+        return Err(Error::Usage(format!(
+            "`{}` already exists: {}",
+            final_path.display(),
+            sealed_already(target)
+        )));
     }
 
     // The seal proper: staged, scanned, renamed into place only when clean.

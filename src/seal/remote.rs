@@ -1,0 +1,229 @@
+//! A seal whose archive goes to an S3-compatible bucket.
+//!
+//! The evidence is sealed exactly as for a directory (one pack, every byte
+//! scanned, quarantine when that fails), into a private staging directory
+//! under `ROOT/uploads` on this disk; then the archive, its `.sha256` and
+//! its receipt are uploaded create-only, the archive first. The archive is
+//! the evidence, so a seal whose later objects fail takes it back. When the
+//! clean archive cannot be placed (the store fails mid-way), the same
+//! archive goes to the quarantine beside it, its receipt saying why; when
+//! that fails too, nothing was saved and the run is held, as for a local
+//! seal. A staging directory a killed seal left is removed by the next
+//! remote seal (its lock tells a dead writer's from a live one's).
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::archive::PackOptions;
+use super::checkpoint::{self, Checkpoint, Source, Target};
+use super::scan::Finding;
+use crate::archive_store::{Bucket, S3Place};
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{Dir, Leftover};
+use crate::manifest;
+use crate::workspace::QUARANTINE;
+
+/// Seals `target` into `place`; see the module's text.
+pub fn seal(
+    target: &Target<'_>,
+    place: &S3Place,
+    pack_opts: &PackOptions,
+    prior: Vec<Finding>,
+    allow_unscanned: bool,
+) -> Result<Checkpoint> {
+    let name = format!("{}.{}", target.stem, pack_opts.format.extension());
+    let bucket = Bucket::open(place)?;
+    // Taken already: refused before anything is packed, as locally. A store
+    // that does not answer is a failed seal, said in the checkpoint.
+    match bucket.head(&place.key(&name)) {
+        Ok(Some(_)) => {
+            return Err(Error::Usage(format!(
+                "`{}` already exists: {}",
+                place.object_url(&name),
+                checkpoint::sealed_already(target)
+            )));
+        }
+        Ok(None) => {}
+        Err(e) => return Ok(nothing_saved(format!("the archive store failed: {e}"), Vec::new(), Vec::new())),
+    }
+    let staging = Staging::new(target.scratch)?;
+    let local = checkpoint::seal_local(target, &staging.path(), pack_opts, prior, allow_unscanned)?;
+    let (Some(archive), Some(sha)) = (local.archive.clone(), local.archive_sha256.clone()) else {
+        return Ok(local);
+    };
+    let receipt = local.receipt.clone().unwrap_or_default();
+    if local.source == Source::Receipt {
+        match upload(&bucket, place, &name, &archive, &sha, &receipt, None) {
+            Ok((a, r)) => return Ok(Checkpoint { archive: Some(a), receipt: Some(r), ..local }),
+            Err(e @ Error::Usage(_)) => return Err(e),
+            Err(e) => {
+                let why = format!("cannot place the archive in `{}`: {e}", place.url());
+                return Ok(quarantine(
+                    &bucket, place, target, pack_opts, &archive, &sha, &receipt, why, local,
+                ));
+            }
+        }
+    }
+    let why = local.reason.clone().unwrap_or_else(|| "the seal failed".into());
+    Ok(quarantine(&bucket, place, target, pack_opts, &archive, &sha, &receipt, why, local))
+}
+
+/// The staged archive, uploaded under `place/quarantine/` with the first
+/// free name, its receipt saying why.
+#[allow(clippy::too_many_arguments)]
+fn quarantine(
+    bucket: &Bucket,
+    place: &S3Place,
+    target: &Target<'_>,
+    pack_opts: &PackOptions,
+    archive: &Path,
+    sha: &str,
+    receipt: &Path,
+    why: String,
+    local: Checkpoint,
+) -> Checkpoint {
+    let ext = pack_opts.format.extension();
+    let attempt = (|| -> Result<(PathBuf, PathBuf)> {
+        let qplace = place.join(QUARANTINE)?;
+        let mut n = 0;
+        loop {
+            let name =
+                if n == 0 { format!("{}.{ext}", target.stem) } else { format!("{}.{n}.{ext}", target.stem) };
+            match upload(bucket, &qplace, &name, archive, sha, receipt, Some(&why)) {
+                Err(Error::Usage(_)) if n < 100 => n += 1,
+                other => return other,
+            }
+        }
+    })();
+    match attempt {
+        Ok((a, r)) => Checkpoint {
+            source: Source::Quarantine,
+            archive: Some(a),
+            receipt: Some(r),
+            reason: Some(why),
+            at: manifest::format_time(SystemTime::now()),
+            ..local
+        },
+        Err(e) => {
+            nothing_saved(format!("{why}; the quarantine failed too: {e}"), local.findings, local.not_scanned)
+        }
+    }
+}
+
+fn nothing_saved(reason: String, findings: Vec<String>, not_scanned: Vec<String>) -> Checkpoint {
+    Checkpoint {
+        source: Source::None,
+        archive: None,
+        archive_sha256: None,
+        receipt: None,
+        reason: Some(reason),
+        findings,
+        not_scanned,
+        at: manifest::format_time(SystemTime::now()),
+        extra: Default::default(),
+    }
+}
+
+/// Uploads the archive as `place/name`, then its `.sha256` and receipt,
+/// each create-only; `quarantined` rewrites the receipt's source and
+/// reason. Returns the archive's and the receipt's URLs. An archive whose
+/// name is taken is a usage error (nothing was written); a later failure
+/// takes back what was placed.
+fn upload(
+    bucket: &Bucket,
+    place: &S3Place,
+    name: &str,
+    archive: &Path,
+    sha: &str,
+    receipt: &Path,
+    quarantined: Option<&str>,
+) -> Result<(PathBuf, PathBuf)> {
+    let stem = name.strip_suffix(".tar.zst").or_else(|| name.strip_suffix(".tar.gz")).unwrap_or(name);
+    let receipt_name = format!("{stem}.receipt.json");
+    let mut fields: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(receipt).ctx("cannot read", receipt)?)
+            .map_err(|e| Error::Other(format!("the staged receipt is not JSON: {e}")))?;
+    fields["archive"] = name.into();
+    if let Some(why) = quarantined {
+        fields["source"] = Source::Quarantine.as_str().into();
+        fields["reason"] = why.into();
+    }
+    let mut receipt_bytes = serde_json::to_vec_pretty(&fields).map_err(|e| Error::Other(e.to_string()))?;
+    receipt_bytes.push(b'\n');
+
+    let key = place.key(name);
+    bucket.put_file_new(&key, archive)?;
+    let rest =
+        bucket.put_new(&format!("{key}.sha256"), format!("{sha}  {name}\n").into_bytes()).and_then(|()| {
+            match bucket.put_new(&place.key(&receipt_name), receipt_bytes) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = bucket.delete(&format!("{key}.sha256"));
+                    Err(e)
+                }
+            }
+        });
+    if let Err(e) = rest {
+        // A seal is never reported on a partial result.
+        let _ = bucket.delete(&key);
+        // Not a usage error: the archive's own name was free.
+        return Err(match e {
+            Error::Usage(m) => Error::Other(m),
+            e => e,
+        });
+    }
+    Ok((PathBuf::from(place.object_url(name)), PathBuf::from(place.object_url(&receipt_name))))
+}
+
+/// A private directory under `ROOT/uploads` a seal stages in, removed when
+/// dropped; `<name>.lock`, locked while it lives, tells the next seal
+/// whether a leftover's writer is gone.
+struct Staging {
+    uploads: Dir,
+    name: String,
+    _lock: std::fs::File,
+}
+
+impl Staging {
+    fn new(uploads: &Path) -> Result<Staging> {
+        crate::fsx::create_private_dirs(uploads).ctx("cannot create", uploads)?;
+        let dir = Dir::open(uploads)?;
+        sweep(&dir);
+        loop {
+            let name = uuid::Uuid::now_v7().to_string();
+            let lock = match dir.create_locked(format!("{name}.lock"), 0o600) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("cannot create", dir.join(format!("{name}.lock")), e)),
+            };
+            dir.mkdir(&name, 0o700).ctx("cannot create", dir.join(&name))?;
+            return Ok(Staging { uploads: dir, name, _lock: lock });
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.uploads.join(&self.name)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self.uploads.remove_tree(&self.name);
+        let _ = self.uploads.unlink(format!("{}.lock", self.name));
+    }
+}
+
+/// Removes the staging directories of seals that died.
+fn sweep(dir: &Dir) {
+    let Ok(names) = dir.entries() else { return };
+    for lock in names.iter().filter_map(|n| n.strip_suffix(".lock")) {
+        if crate::fsx::check_name(lock).is_err() {
+            continue;
+        }
+        if let Ok(Leftover::Abandoned) = dir.abandoned(format!("{lock}.lock"), false) {
+            if dir.remove_tree(lock).is_ok() {
+                let _ = dir.abandoned(format!("{lock}.lock"), true);
+            }
+        }
+    }
+}
