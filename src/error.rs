@@ -64,6 +64,9 @@ pub enum Error {
     #[error("run `{run}` has not produced `{name}`")]
     NotProduced { run: String, name: String },
 
+    #[error("run `{run}` has no archive in `{store}`")]
+    NoArchive { run: String, store: String },
+
     #[error(
         "`{}` does not match its recorded sha256 (recorded {expected}, found {found})",
         crate::shown::path(path)
@@ -192,7 +195,7 @@ impl Error {
     /// The process exit code this error ends runws with.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::NotProduced { .. } => exit::NO,
+            Error::NotProduced { .. } | Error::NoArchive { .. } => exit::NO,
             Error::CrossRunRead { .. } | Error::ImportNotAllowed { .. } | Error::ForeignLease { .. } => {
                 exit::FOREIGN
             }

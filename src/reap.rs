@@ -60,6 +60,9 @@ pub struct Options {
     pub keep_branch: bool,
     /// Delete a claimed branch even when its commits are on no other ref.
     pub drop_unmerged: bool,
+    /// Where a run whose seal recorded nothing may have its archive all
+    /// the same (`--archive-store`, `RUNWS_ARCHIVE_STORE`).
+    pub archive_store: Option<crate::archive_store::Place>,
 }
 
 impl Default for Options {
@@ -71,6 +74,7 @@ impl Default for Options {
             lock_wait: Duration::from_secs(2),
             keep_branch: false,
             drop_unmerged: false,
+            archive_store: None,
         }
     }
 }
@@ -755,6 +759,12 @@ pub enum Reason {
     NoManifest,
     /// What dead writers left outside run directories.
     Leftovers,
+    /// Removed whole (`--keep`): its seal recorded nothing, but the archive
+    /// store holds its archive.
+    PastRetentionListed(String),
+    /// Past its retention and held, and the archive store could not be
+    /// asked whether it holds the run's archive: decided by a later reap.
+    EvidenceDeferred(String),
 }
 
 impl std::fmt::Display for Reason {
@@ -787,6 +797,17 @@ impl std::fmt::Display for Reason {
             Reason::ManifestAppeared => f.write_str("its manifest appeared meanwhile"),
             Reason::NoManifest => f.write_str("no manifest, and the runws that made it is gone"),
             Reason::Leftovers => f.write_str("left by runws processes that died"),
+            Reason::PastRetentionListed(url) => {
+                write!(
+                    f,
+                    "past its retention; its seal recorded nothing, but the archive store holds `{url}`"
+                )
+            }
+            Reason::EvidenceDeferred(why) => write!(
+                f,
+                "held (its seal saved nothing) and the archive store cannot say whether it holds the run's \
+                 archive ({why}): kept, for a later reap to decide"
+            ),
         }
     }
 }
@@ -959,8 +980,35 @@ fn reap_one(
         } else {
             m.finished_at.as_deref()
         };
-        finished && !held(&m) && older_than(since, keep, now)
+        finished && older_than(since, keep, now)
     });
+    // A held run's evidence may be in the archive store all the same: the
+    // manifest's record comes first (receipt, then quarantine), then what
+    // the store lists. A store that does not answer defers the decision.
+    let mut listed = None;
+    let mut deferred = None;
+    let retention_over = retention_over
+        && (!held(&m)
+            || match &opts.archive_store {
+                None => false,
+                Some(store) => match crate::archive_store::evidence(store, &m.job, &run.id) {
+                    Ok(Some(found)) => {
+                        listed = Some(found.archive);
+                        true
+                    }
+                    Ok(None) => false,
+                    Err(e) => {
+                        deferred = Some(e.to_string());
+                        false
+                    }
+                },
+            });
+    let listed_reason = |mut r: RunReport| {
+        if let (Some(url), Reason::PastRetention | Reason::FinishedBefore(_)) = (&listed, &r.reason) {
+            r.reason = Reason::PastRetentionListed(url.clone());
+        }
+        r
+    };
     let remove_whole = |run: RunDir, mut r: RunReport| {
         r.reason = Reason::FinishedBefore(opts.keep.unwrap_or_default());
         if opts.dry_run {
@@ -1008,7 +1056,13 @@ fn reap_one(
     };
     if !needs_teardown {
         if retention_over {
-            return remove_whole(run, report(id, status, Action::Removed, Reason::PastRetention));
+            return listed_reason(remove_whole(
+                run,
+                report(id, status, Action::Removed, Reason::PastRetention),
+            ));
+        }
+        if let Some(why) = deferred {
+            return report(id, status, Action::Skipped, Reason::EvidenceDeferred(why));
         }
         return report(id, status, Action::Skipped, Reason::AlreadyReaped);
     }
@@ -1017,7 +1071,7 @@ fn reap_one(
         let mut r = report(id, status, Action::WouldReap, Reason::NobodyOwnsIt);
         r.steps = steps;
         if retention_over {
-            return remove_whole(run, r);
+            return listed_reason(remove_whole(run, r));
         }
         return r;
     }
@@ -1083,7 +1137,7 @@ fn reap_one(
         r.steps.push(Step::Failed(Item::Record, e.to_string()));
     }
     if r.action == Action::Reaped && retention_over {
-        return remove_whole(run, r);
+        return listed_reason(remove_whole(run, r));
     }
     if r.action == Action::Failed && retention_over {
         r.reason = Reason::RetentionButTeardownFailed;

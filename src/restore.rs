@@ -38,6 +38,7 @@
 
 mod extract;
 mod feed;
+pub mod fetch;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -56,7 +57,7 @@ use crate::seal::scan::Finding;
 use crate::workspace::{QUARANTINE, Root};
 
 /// The largest checksum file read; a real one is one short line.
-const MAX_CHECKSUM_FILE: u64 = 4096;
+pub(crate) const MAX_CHECKSUM_FILE: u64 = 4096;
 
 /// How much a restore may write: the seal's budgets unless raised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,17 +298,21 @@ fn expected_sha256(archive: &Path) -> Result<String> {
     if file.take(MAX_CHECKSUM_FILE).read_to_string(&mut text).is_err() {
         return Err(bad("is not text"));
     }
+    checksum_line(&text, name.as_encoded_bytes()).map_err(bad)
+}
+
+/// The digest of the first line of a checksum file, `<hex>  <name>` as
+/// `sha256sum` writes it, which must name `name`.
+pub(crate) fn checksum_line(text: &str, name: &[u8]) -> std::result::Result<String, &'static str> {
     let line = text.lines().next().unwrap_or_default();
-    let (digest, rest) = line.split_at_checked(64).ok_or_else(|| bad("does not hold `<sha256>  <name>`"))?;
+    let shape = "does not hold `<sha256>  <name>`";
+    let (digest, rest) = line.split_at_checked(64).ok_or(shape)?;
     if !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad("does not hold `<sha256>  <name>`"));
+        return Err(shape);
     }
-    let listed = rest
-        .strip_prefix("  ")
-        .or_else(|| rest.strip_prefix(" *"))
-        .ok_or_else(|| bad("does not hold `<sha256>  <name>`"))?;
-    if listed.as_bytes() != name.as_encoded_bytes() {
-        return Err(bad("names another file"));
+    let listed = rest.strip_prefix("  ").or_else(|| rest.strip_prefix(" *")).ok_or(shape)?;
+    if listed.as_bytes() != name {
+        return Err("names another file");
     }
     Ok(digest.to_ascii_lowercase())
 }

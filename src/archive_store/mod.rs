@@ -18,6 +18,7 @@
 //! The URL names a place, never a credential: those come from the standard
 //! AWS environment and configuration, and are never recorded.
 
+mod listing;
 #[cfg(feature = "s3")]
 mod profile;
 #[cfg(feature = "s3")]
@@ -25,7 +26,10 @@ mod s3;
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+pub use listing::{evidence, list};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsx::{Dir, Leftover};
 
 /// The environment variable naming the archive store when `--archive-store`
 /// does not.
@@ -50,9 +54,11 @@ impl S3Place {
         let rest = url.strip_prefix("s3://").ok_or_else(|| bad("it must start with s3://"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.contains('@') || bucket.contains(':') {
-            return Err(bad(
-                "credentials and endpoints do not belong in the URL (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, \
-                 a profile)",
+            // Not echoed: what is before the `@` may be a key.
+            return Err(Error::Usage(
+                "an archive store URL is s3://BUCKET/PREFIX: credentials and endpoints do not belong in it \
+                 (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, a profile)"
+                    .into(),
             ));
         }
         check_bucket(bucket).map_err(|why| bad(&why))?;
@@ -189,9 +195,9 @@ pub fn configured(arg: Option<&str>) -> Result<Option<Place>> {
     }
 }
 
-/// True when `s` names an object in a bucket rather than a file.
-pub fn is_remote(s: &Path) -> bool {
-    s.to_str().is_some_and(|s| s.starts_with("s3://"))
+/// The URL, when `archive` names an object in a bucket rather than a file.
+pub fn remote(archive: &Path) -> Option<&str> {
+    archive.to_str().filter(|s| s.starts_with("s3://"))
 }
 
 /// One stored object, as a listing shows it.
@@ -218,6 +224,81 @@ impl Bucket {
             "this runws was built without S3 support (the `s3` cargo feature); cannot use `{}`",
             place.url()
         )))
+    }
+    pub fn head(&self, _: &str) -> Result<Option<u64>> {
+        match self.0 {}
+    }
+    pub fn put_new(&self, _: &str, _: Vec<u8>) -> Result<()> {
+        match self.0 {}
+    }
+    pub fn put_file_new(&self, _: &str, _: &Path) -> Result<()> {
+        match self.0 {}
+    }
+    pub fn delete(&self, _: &str) -> Result<()> {
+        match self.0 {}
+    }
+    pub fn get_small(&self, _: &str, _: usize) -> Result<Option<Vec<u8>>> {
+        match self.0 {}
+    }
+    pub fn get_hashed(&self, _: &str, _: Option<&mut std::fs::File>, _: u64) -> Result<(String, u64)> {
+        match self.0 {}
+    }
+    pub fn list(&self, _: &str) -> Result<Vec<Stored>> {
+        match self.0 {}
+    }
+}
+
+/// A private directory under `ROOT/uploads` a seal stages in, or a restore
+/// downloads to, removed when dropped; `<name>.lock`, locked while it
+/// lives, tells the next one whether a leftover's writer is gone (killed),
+/// and that one removes it.
+pub struct Scratch {
+    uploads: Dir,
+    name: String,
+    _lock: std::fs::File,
+}
+
+impl Scratch {
+    pub fn new(uploads: &Path) -> Result<Scratch> {
+        crate::fsx::create_private_dirs(uploads).ctx("cannot create", uploads)?;
+        let dir = Dir::open(uploads)?;
+        sweep(&dir);
+        loop {
+            let name = uuid::Uuid::now_v7().to_string();
+            let lock = match dir.create_locked(format!("{name}.lock"), 0o600) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("cannot create", dir.join(format!("{name}.lock")), e)),
+            };
+            dir.mkdir(&name, 0o700).ctx("cannot create", dir.join(&name))?;
+            return Ok(Scratch { uploads: dir, name, _lock: lock });
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.uploads.join(&self.name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = self.uploads.remove_tree(&self.name);
+        let _ = self.uploads.unlink(format!("{}.lock", self.name));
+    }
+}
+
+/// Removes the scratch directories of writers that died.
+fn sweep(dir: &Dir) {
+    let Ok(names) = dir.entries() else { return };
+    for lock in names.iter().filter_map(|n| n.strip_suffix(".lock")) {
+        if crate::fsx::check_name(lock).is_err() {
+            continue;
+        }
+        if let Ok(Leftover::Abandoned) = dir.abandoned(format!("{lock}.lock"), false)
+            && dir.remove_tree(lock).is_ok()
+        {
+            let _ = dir.abandoned(format!("{lock}.lock"), true);
+        }
     }
 }
 

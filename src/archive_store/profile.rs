@@ -56,17 +56,16 @@ pub fn load() -> Result<Option<Profile>> {
         region: take("region"),
         endpoint_url: take("endpoint_url"),
     };
-    if profile.access_key_id.is_none() {
-        if let Some(how) = ["credential_process", "sso_session", "sso_start_url", "role_arn"]
+    if profile.access_key_id.is_none()
+        && let Some(how) = ["credential_process", "sso_session", "sso_start_url", "role_arn"]
             .iter()
             .find(|k| keys.contains_key(**k))
-        {
-            return Err(Error::Usage(format!(
-                "the AWS profile `{}` gets its keys through `{how}`, which runws does not run; export them \
-                 (`aws configure export-credentials --format env`) or use a profile with static keys",
-                crate::shown::line(&name)
-            )));
-        }
+    {
+        return Err(Error::Usage(format!(
+            "the AWS profile `{}` gets its keys through `{how}`, which runws does not run; export them \
+             (`aws configure export-credentials --format env`) or use a profile with static keys",
+            crate::shown::line(&name)
+        )));
     }
     Ok(Some(profile))
 }

@@ -157,7 +157,7 @@ impl Bucket {
         };
         let staging = self.key(&staging_key)?;
         let target = self.key(key)?;
-        let result = self.rt.block_on(async {
+        self.rt.block_on(async {
             let upload =
                 self.store.put_multipart(&staging).await.map_err(|e| self.fail(&staging_key, "upload", e))?;
             let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
@@ -182,8 +182,7 @@ impl Bucket {
                 }
                 Err(e) => Err(self.fail(key, "write", e)),
             }
-        });
-        result
+        })
     }
 
     /// Removes `key` (a seal taking back what it placed).

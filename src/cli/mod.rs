@@ -240,6 +240,11 @@ reported), and nothing is matched by name. --dry-run lists every step it would t
         /// Wait between SIGTERM and SIGKILL to a leftover process group
         #[arg(long, value_name = "DUR", value_parser = crate::duration::parse, allow_negative_numbers = true, default_value = crate::reap::DEFAULT_GRACE_SHOWN)]
         grace: std::time::Duration,
+        /// With --keep, a run whose seal saved nothing is removed when this
+        /// store holds its archive (default: RUNWS_ARCHIVE_STORE); kept
+        /// while the store does not answer
+        #[arg(long, value_name = "URL")]
+        archive_store: Option<String>,
         /// Print the steps as JSON
         #[arg(long)]
         json: bool,
@@ -328,9 +333,31 @@ found, 83 when nothing is but something could not be scanned.")]
         rules: bool,
     },
 
+    /// List the sealed and quarantined archives an archive store holds
+    #[command(
+        long_about = "List the archives in the archive store (--archive-store, else RUNWS_ARCHIVE_STORE, \
+else ROOT/archive), one job directory each, sealed or in its quarantine/: one line per archive \
+(sealed|quarantine, bytes, time stored, where), or JSON. With RUN, only that run's archives, and \
+exit 1 when the store holds none.",
+        after_help = "Examples:\n  runws archives --job nightly\n  runws archives last --archive-store s3://evidence/ci --json"
+    )]
+    Archives {
+        /// A run id (or `last`): only its archives
+        run: Option<String>,
+        /// Only this job's archives
+        #[arg(long, value_name = "NAME")]
+        job: Option<String>,
+        /// The store: s3://BUCKET/PREFIX or a directory (default: RUNWS_ARCHIVE_STORE, else ROOT/archive)
+        #[arg(long, value_name = "URL")]
+        archive_store: Option<String>,
+        /// Print the archives as one JSON array on stdout
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Check an archive against its .sha256 file
     Verify {
-        /// The archive; its checksum is ARCHIVE.sha256
+        /// The archive (a file or s3://BUCKET/KEY); its checksum is ARCHIVE.sha256
         archive: PathBuf,
         /// Print the result as one JSON object on stdout (see the README's "Output for machines")
         #[arg(long)]
@@ -347,7 +374,7 @@ content or --max-files entries, and, for an archive from an ordinary location, a
 finds (exit 82). An archive whose path is under a `quarantine/` directory is restored whatever the \
 scan finds, and its findings are listed.")]
     Restore {
-        /// The archive to restore (its .sha256 file must lie beside it)
+        /// The archive to restore, a file or s3://BUCKET/KEY (its .sha256 must lie beside it)
         archive: PathBuf,
         /// Directory to extract into (must not exist, or be empty)
         #[arg(long, value_name = "DIR")]

@@ -1,6 +1,7 @@
 //! The command layer: one module per subcommand family. Commands use
 //! `anyhow` for context; the exit code comes from the library error inside.
 
+mod archives;
 mod cache;
 mod docs;
 mod fleet;
@@ -108,12 +109,24 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
         Command::Seal { run, opts, json } => seal::seal(root, &run, &opts, json),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
+        Command::Archives { run, job, archive_store, json } => {
+            archives::list(root, run.as_deref(), job.as_deref(), archive_store.as_deref(), json)
+        }
         Command::Verify { archive, json } => seal::verify(&archive, json),
         Command::Restore { archive, to, max_bytes, max_files, json } => {
             seal::restore(root, &archive, &to, crate::restore::Limits { max_bytes, max_files }, json)
         }
-        Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, json } => {
-            let code = reap::reap(root, dry_run, keep, keep_branch, drop_unmerged, grace, json)?;
+        Command::Reap { dry_run, keep, keep_branch, drop_unmerged, grace, archive_store, json } => {
+            let opts = crate::reap::Options {
+                dry_run,
+                keep,
+                keep_branch,
+                drop_unmerged,
+                grace,
+                archive_store: crate::archive_store::configured(archive_store.as_deref())?,
+                ..Default::default()
+            };
+            let code = reap::reap(root, &opts, json)?;
             // Records of this ROOT's runs that the fleet store could not
             // take when they ended go now.
             if !dry_run && crate::fleet::keeps_fleet(store) {

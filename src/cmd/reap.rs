@@ -2,26 +2,15 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use crate::exit;
 use crate::reap::{self, Action, Options, Reason};
 use crate::shown;
 use crate::workspace;
 
-#[allow(clippy::too_many_arguments)]
-pub fn reap(
-    root: Option<&Path>,
-    dry_run: bool,
-    keep: Option<Duration>,
-    keep_branch: bool,
-    drop_unmerged: bool,
-    grace: Duration,
-    json: bool,
-) -> anyhow::Result<u8> {
+pub fn reap(root: Option<&Path>, opts: &Options, json: bool) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
-    let opts = Options { dry_run, keep, keep_branch, drop_unmerged, grace, ..Options::default() };
-    let reports = reap::reap(&root, &opts)?;
+    let reports = reap::reap(&root, opts)?;
     let failed = reports.iter().any(|r| r.action == Action::Failed);
     let mut out = std::io::stdout().lock();
     if json {

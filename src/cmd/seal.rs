@@ -85,6 +85,13 @@ pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs, json: bool) -> anyh
     Ok(code)
 }
 
+/// The most compressed bytes a restore downloads for `max_bytes` of
+/// content: zstd and gzip add at most a small fraction to data they cannot
+/// compress, and tar a header per file.
+fn compressed_most(max_bytes: u64) -> u64 {
+    max_bytes.saturating_add(max_bytes / 8).saturating_add(64 << 20)
+}
+
 pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Result<u8> {
     if rules {
         let mut out = std::io::stdout().lock();
@@ -118,7 +125,10 @@ pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Re
 }
 
 pub fn verify(archive: &Path, json: bool) -> anyhow::Result<u8> {
-    let sha = restore::verify(archive)?;
+    let sha = match crate::archive_store::remote(archive) {
+        Some(url) => restore::fetch::verify(url)?,
+        None => restore::verify(archive)?,
+    };
     if json {
         super::print_json(serde_json::json!({
             "archive": archive.to_string_lossy(),
@@ -143,7 +153,14 @@ pub fn restore(
     json: bool,
 ) -> anyhow::Result<u8> {
     let root = crate::workspace::resolve_root(root)?;
-    let staged = restore::stage(archive, to, Some(&root), limits)?;
+    // From a bucket: downloaded and verified first, then restored as a
+    // local archive (see `restore::fetch`).
+    let fetched = match crate::archive_store::remote(archive) {
+        Some(url) => Some(restore::fetch::fetch(url, &root.uploads(), compressed_most(limits.max_bytes))?),
+        None => None,
+    };
+    let local = fetched.as_ref().map_or(archive, |f| f.archive.as_path());
+    let staged = restore::stage(local, to, Some(&root), limits)?;
     let findings = staged.report().findings.clone();
     let unscanned = staged.report().unscanned.clone();
     let print = |report: &restore::RestoreReport| -> std::io::Result<()> {

@@ -8,8 +8,7 @@
 //! clean archive cannot be placed (the store fails mid-way), the same
 //! archive goes to the quarantine beside it, its receipt saying why; when
 //! that fails too, nothing was saved and the run is held, as for a local
-//! seal. A staging directory a killed seal left is removed by the next
-//! remote seal (its lock tells a dead writer's from a live one's).
+//! seal.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -17,9 +16,8 @@ use std::time::SystemTime;
 use super::archive::PackOptions;
 use super::checkpoint::{self, Checkpoint, Source, Target};
 use super::scan::Finding;
-use crate::archive_store::{Bucket, S3Place};
+use crate::archive_store::{Bucket, S3Place, Scratch};
 use crate::error::{Error, IoContext, Result};
-use crate::fsx::{Dir, Leftover};
 use crate::manifest;
 use crate::workspace::QUARANTINE;
 
@@ -46,7 +44,7 @@ pub fn seal(
         Ok(None) => {}
         Err(e) => return Ok(nothing_saved(format!("the archive store failed: {e}"), Vec::new(), Vec::new())),
     }
-    let staging = Staging::new(target.scratch)?;
+    let staging = Scratch::new(target.scratch)?;
     let local = checkpoint::seal_local(target, &staging.path(), pack_opts, prior, allow_unscanned)?;
     let (Some(archive), Some(sha)) = (local.archive.clone(), local.archive_sha256.clone()) else {
         return Ok(local);
@@ -173,57 +171,4 @@ fn upload(
         });
     }
     Ok((PathBuf::from(place.object_url(name)), PathBuf::from(place.object_url(&receipt_name))))
-}
-
-/// A private directory under `ROOT/uploads` a seal stages in, removed when
-/// dropped; `<name>.lock`, locked while it lives, tells the next seal
-/// whether a leftover's writer is gone.
-struct Staging {
-    uploads: Dir,
-    name: String,
-    _lock: std::fs::File,
-}
-
-impl Staging {
-    fn new(uploads: &Path) -> Result<Staging> {
-        crate::fsx::create_private_dirs(uploads).ctx("cannot create", uploads)?;
-        let dir = Dir::open(uploads)?;
-        sweep(&dir);
-        loop {
-            let name = uuid::Uuid::now_v7().to_string();
-            let lock = match dir.create_locked(format!("{name}.lock"), 0o600) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("cannot create", dir.join(format!("{name}.lock")), e)),
-            };
-            dir.mkdir(&name, 0o700).ctx("cannot create", dir.join(&name))?;
-            return Ok(Staging { uploads: dir, name, _lock: lock });
-        }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.uploads.join(&self.name)
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = self.uploads.remove_tree(&self.name);
-        let _ = self.uploads.unlink(format!("{}.lock", self.name));
-    }
-}
-
-/// Removes the staging directories of seals that died.
-fn sweep(dir: &Dir) {
-    let Ok(names) = dir.entries() else { return };
-    for lock in names.iter().filter_map(|n| n.strip_suffix(".lock")) {
-        if crate::fsx::check_name(lock).is_err() {
-            continue;
-        }
-        if let Ok(Leftover::Abandoned) = dir.abandoned(format!("{lock}.lock"), false) {
-            if dir.remove_tree(lock).is_ok() {
-                let _ = dir.abandoned(format!("{lock}.lock"), true);
-            }
-        }
-    }
 }

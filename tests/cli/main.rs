@@ -51,6 +51,7 @@ mod records;
 mod replay;
 mod restore;
 mod run_index;
+mod s3;
 mod sandbox;
 mod sandbox_host;
 mod sandbox_init;

@@ -1,0 +1,414 @@
+//! Archives in an S3-compatible store: `seal --to s3://…`, the archive
+//! store of `run --seal`, `verify` and `restore` of an object, `archives`,
+//! and the reaper's reading of what a store holds. Against the server
+//! `ci/s3.sh` starts (RUNWS_TEST_S3_ENDPOINT); the store is inspected and
+//! tampered with by plain HTTP requests, as the server checks no
+//! signatures.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// The test server, with one fresh bucket per test.
+struct S3 {
+    host: String,
+    endpoint: String,
+    bucket: String,
+    key_id: String,
+    secret: String,
+}
+
+fn s3() -> Option<S3> {
+    if !cfg!(feature = "s3") {
+        eprintln!("skipped: runws is built without the `s3` feature");
+        return None;
+    }
+    let endpoint = match std::env::var("RUNWS_TEST_S3_ENDPOINT") {
+        Ok(e) if !e.is_empty() => e,
+        _ if std::env::var_os("RUNWS_TEST_S3_REQUIRED").is_some_and(|v| !v.is_empty()) => {
+            panic!("RUNWS_TEST_S3_ENDPOINT not set, but RUNWS_TEST_S3_REQUIRED says an S3 server was started")
+        }
+        _ => {
+            eprintln!("skipped: RUNWS_TEST_S3_ENDPOINT not set (ci/s3.sh start)");
+            return None;
+        }
+    };
+    let host = endpoint.strip_prefix("http://").unwrap().trim_end_matches('/').to_string();
+    let bucket = format!("runws-{}", &uuid::Uuid::now_v7().simple().to_string()[16..]);
+    // Throw-away keys made now: the server checks no signature.
+    let key_id = format!("AKTEST{}", rand_hex(7).to_uppercase());
+    let secret = rand_hex(20);
+    let s = S3 { host, endpoint, bucket, key_id, secret };
+    let (status, _) = s.http("PUT", &format!("/{}", s.bucket), b"");
+    assert_eq!(status, 200, "create bucket");
+    Some(s)
+}
+
+impl S3 {
+    fn http(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let mut c = TcpStream::connect(&self.host).expect("connect to the S3 server");
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential={}/20260101/us-east-1/s3/aws4_request, \
+             SignedHeaders=host, Signature=0\r\n\r\n",
+            self.host,
+            body.len(),
+            self.key_id
+        )
+        .unwrap();
+        c.write_all(body).unwrap();
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response") + 4;
+        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut body = raw[split..].to_vec();
+        if head.contains("transfer-encoding: chunked") {
+            let mut out = Vec::new();
+            let mut rest = &body[..];
+            loop {
+                let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+                let n = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&rest[line_end + 2..line_end + 2 + n]);
+                rest = &rest[line_end + 4 + n..];
+            }
+            body = out;
+        }
+        (status, body)
+    }
+
+    fn url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        match self.http("GET", &format!("/{}/{key}", self.bucket), b"") {
+            (200, body) => Some(body),
+            (404, _) => None,
+            (s, body) => panic!("GET {key}: {s} {}", String::from_utf8_lossy(&body)),
+        }
+    }
+
+    fn put(&self, key: &str, body: &[u8]) {
+        let (s, _) = self.http("PUT", &format!("/{}/{key}", self.bucket), body);
+        assert_eq!(s, 200, "PUT {key}");
+    }
+
+    /// Every key in the bucket, sorted.
+    fn keys(&self) -> Vec<String> {
+        let (s, body) = self.http("GET", &format!("/{}?list-type=2", self.bucket), b"");
+        assert_eq!(s, 200);
+        let text = String::from_utf8(body).unwrap();
+        let mut keys: Vec<String> =
+            text.split("<Key>").skip(1).map(|k| k.split("</Key>").next().unwrap().to_string()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Multipart uploads begun and neither completed nor aborted.
+    fn uploads_in_progress(&self) -> usize {
+        let (_, body) = self.http("GET", &format!("/{}?uploads", self.bucket), b"");
+        String::from_utf8_lossy(&body).matches("<UploadId>").count()
+    }
+
+    /// `runws ARGS` with this store's endpoint and keys in the environment.
+    fn cmd(&self, env: &Env, args: &[&str]) -> Command {
+        let mut c = env.cmd(args);
+        c.env("AWS_ACCESS_KEY_ID", &self.key_id)
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", &self.endpoint);
+        c
+    }
+
+    fn run(&self, env: &Env, args: &[&str]) -> Out {
+        Out::from(self.cmd(env, args).output().unwrap())
+    }
+}
+
+/// `2n` hex digits from the kernel's random source.
+fn rand_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut b).unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn token() -> String {
+    format!("{}{}", "ghp_", rand_hex(18))
+}
+
+#[test]
+fn a_seal_to_a_bucket_places_archive_checksum_and_receipt_once() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("r1", "echo report > \"$RUNWS_DIR/outputs/report.txt\"").ok();
+    let to = s3.url("evidence/ci");
+    s3.run(&env, &["seal", "r1", "--to", &to]).ok().stderr_has("sealed run r1 into s3://");
+    assert_eq!(
+        s3.keys(),
+        ["evidence/ci/r1.receipt.json", "evidence/ci/r1.tar.zst", "evidence/ci/r1.tar.zst.sha256"],
+        "the archive, the line sha256sum -c reads, and the receipt"
+    );
+    let m = env.manifest("r1");
+    let sha = m["checkpoint"]["archive_sha256"].as_str().unwrap().to_string();
+    assert_eq!(m["checkpoint"]["source"], "receipt");
+    assert_eq!(m["checkpoint"]["archive"], format!("{to}/r1.tar.zst"));
+    let line = String::from_utf8(s3.get("evidence/ci/r1.tar.zst.sha256").unwrap()).unwrap();
+    assert_eq!(line, format!("{sha}  r1.tar.zst\n"));
+    let receipt: serde_json::Value =
+        serde_json::from_slice(&s3.get("evidence/ci/r1.receipt.json").unwrap()).unwrap();
+    assert_eq!(receipt["source"], "receipt");
+    assert_eq!(receipt["archive_sha256"], sha);
+    // The keys are never recorded.
+    let manifest = std::fs::read_to_string(env.run_dir("r1").join("manifest.json")).unwrap();
+    for text in [&manifest, &receipt.to_string()] {
+        assert!(!text.contains(&s3.secret) && !text.contains(&s3.key_id));
+    }
+
+    // A second seal of the same run is refused and overwrites nothing.
+    let before = s3.get("evidence/ci/r1.tar.zst").unwrap();
+    s3.run(&env, &["seal", "r1", "--to", &to]).code(125).stderr_has("already exists").one_line_error();
+    assert_eq!(s3.get("evidence/ci/r1.tar.zst").unwrap(), before);
+
+    // Verified and restored from the store.
+    let url = format!("{to}/r1.tar.zst");
+    s3.run(&env, &["verify", &url]).ok().stdout_has(&format!("sha256:{sha}"));
+    let dir = env.path("restored");
+    s3.run(&env, &["restore", &url, "--to", dir.to_str().unwrap()]).ok().stderr_has("scan clean");
+    assert_eq!(std::fs::read_to_string(dir.join("outputs/report.txt")).unwrap(), "report\n");
+    // Nothing of the download stays behind.
+    assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_secret_sends_the_archive_to_the_buckets_quarantine_which_restores() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    let t = token();
+    env.sh("r1", &format!("echo 'token {t}' > \"$RUNWS_DIR/outputs/leak.txt\"")).ok();
+    let to = s3.url("p");
+    s3.run(&env, &["seal", "r1", "--to", &to]).code(80).stderr_has("quarantine");
+    let keys = s3.keys();
+    assert_eq!(
+        keys,
+        ["p/quarantine/r1.receipt.json", "p/quarantine/r1.tar.zst", "p/quarantine/r1.tar.zst.sha256"]
+    );
+    let m = env.manifest("r1");
+    assert_eq!(m["checkpoint"]["source"], "quarantine");
+    assert_eq!(m["checkpoint"]["archive"], format!("{to}/quarantine/r1.tar.zst"));
+    // A quarantined archive restores, its findings listed.
+    let dir = env.path("q");
+    let out =
+        s3.run(&env, &["restore", &format!("{to}/quarantine/r1.tar.zst"), "--to", dir.to_str().unwrap()]);
+    out.ok().stderr_has("from a quarantine archive").stderr_has("secret found");
+    assert!(!out.stderr.contains(&t), "a finding never shows the secret");
+    assert!(dir.join("outputs/leak.txt").exists());
+    // Another quarantine of the same run takes the next name.
+    s3.run(&env, &["seal", "r1", "--to", &to]).code(80);
+    assert!(s3.keys().contains(&"p/quarantine/r1.1.tar.zst".to_string()), "{:?}", s3.keys());
+}
+
+#[test]
+fn a_wrong_checksum_object_refuses_verify_and_restore_and_leaves_dir_empty() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("r1", "echo data > \"$RUNWS_DIR/outputs/a.txt\"").ok();
+    s3.run(&env, &["seal", "r1", "--to", &s3.url("p")]).ok();
+    let url = s3.url("p/r1.tar.zst");
+    s3.put("p/r1.tar.zst.sha256", format!("{}  r1.tar.zst\n", "0".repeat(64)).as_bytes());
+    s3.run(&env, &["verify", &url]).code(4).stderr_has("does not match");
+    let dir = env.path("out");
+    s3.run(&env, &["restore", &url, "--to", dir.to_str().unwrap()]).code(4).one_line_error();
+    assert!(!dir.exists(), "nothing extracted");
+    // A checksum naming another file, and none at all.
+    s3.put("p/r1.tar.zst.sha256", format!("{}  other.tar.zst\n", "0".repeat(64)).as_bytes());
+    s3.run(&env, &["restore", &url, "--to", dir.to_str().unwrap()]).code(4).stderr_has("names another file");
+    s3.run(&env, &["verify", &s3.url("p/none.tar.zst")]).code(4).stderr_has("is missing");
+    assert!(!dir.exists());
+    assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_killed_upload_leaves_nothing_under_the_real_name() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    // Incompressible, and over the single-PUT size: a multipart upload.
+    env.sh("big", "head -c 100000000 /dev/urandom > \"$RUNWS_DIR/outputs/blob\"").ok();
+    let to = s3.url("p");
+    let mut child = s3.cmd(&env, &["seal", "big", "--to", &to]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s3.uploads_in_progress() == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the seal ended before its upload was seen");
+        assert!(Instant::now() < deadline, "no upload began");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let keys = s3.keys();
+    assert!(!keys.iter().any(|k| k.starts_with("p/big")), "nothing under the real name: {keys:?}");
+    // The next seal succeeds, and removes what the killed one staged.
+    s3.run(&env, &["seal", "big", "--to", &to]).ok();
+    assert!(s3.keys().contains(&"p/big.tar.zst".to_string()));
+    assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0, "staging swept");
+    let dir = env.path("out");
+    s3.run(&env, &["restore", &s3.url("p/big.tar.zst"), "--to", dir.to_str().unwrap()]).ok();
+    assert_eq!(std::fs::metadata(dir.join("outputs/blob")).unwrap().len(), 100_000_000);
+}
+
+#[test]
+fn run_seal_uses_the_archive_store_by_job_and_archives_lists_it() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    let store = s3.url("fleet");
+    let out = Out::from(
+        s3.cmd(&env, &["run", "--run-id", "n1", "--job", "nightly", "--seal", "--", "true"])
+            .env("RUNWS_ARCHIVE_STORE", &store)
+            .output()
+            .unwrap(),
+    );
+    out.ok();
+    assert!(s3.keys().contains(&"fleet/nightly/n1.tar.zst".to_string()), "{:?}", s3.keys());
+    s3.run(
+        &env,
+        &["run", "--run-id", "n2", "--job", "nightly", "--seal", "--archive-store", &store, "--", "true"],
+    )
+    .ok();
+    let listed = s3.run(&env, &["archives", "--archive-store", &store, "--json"]);
+    let v: Vec<serde_json::Value> = serde_json::from_str(&listed.ok().stdout).unwrap();
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert_eq!(
+        (v[0]["job"].as_str(), v[0]["run"].as_str(), v[0]["quarantine"].as_bool()),
+        (Some("nightly"), Some("n1"), Some(false))
+    );
+    s3.run(&env, &["archives", "n2", "--archive-store", &store]).ok().stdout_has("fleet/nightly/n2.tar.zst");
+    s3.run(&env, &["archives", "n3", "--archive-store", &store]).code(1).stderr_has("no archive");
+    // `--to` wins over the store.
+    s3.run(
+        &env,
+        &[
+            "run",
+            "--run-id",
+            "n3",
+            "--seal",
+            "--to",
+            &s3.url("elsewhere"),
+            "--archive-store",
+            &store,
+            "--",
+            "true",
+        ],
+    )
+    .ok();
+    assert!(s3.keys().contains(&"elsewhere/n3.tar.zst".to_string()));
+}
+
+#[test]
+fn an_unreachable_store_saves_nothing_holds_the_run_and_says_why() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("r1", "true").ok();
+    let out = Out::from(
+        s3.cmd(&env, &["seal", "r1", "--to", &s3.url("p")])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap(),
+    );
+    out.code(81).stderr_has("NOTHING SAVED").stderr_has("onnection refused");
+    assert!(!out.stderr.contains(&s3.secret));
+    let m = env.manifest("r1");
+    assert_eq!(m["checkpoint"]["source"], "none");
+    assert_eq!(m["held"], true);
+}
+
+#[test]
+fn credentials_come_from_a_profile_and_their_absence_is_said() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("r1", "true").ok();
+    let to = s3.url("p");
+    let mut bare = env.cmd(&["seal", "r1", "--to", &to]);
+    bare.env("AWS_ENDPOINT_URL", &s3.endpoint);
+    Out::from(bare.output().unwrap()).code(125).stderr_has("no AWS credentials").one_line_error();
+    assert!(s3.keys().is_empty());
+
+    let aws = env.home.join(".aws");
+    std::fs::create_dir_all(&aws).unwrap();
+    std::fs::write(
+        aws.join("credentials"),
+        format!("[ci]\naws_access_key_id = {}\naws_secret_access_key = {}\n", s3.key_id, s3.secret),
+    )
+    .unwrap();
+    std::fs::write(
+        aws.join("config"),
+        format!("[profile ci]\nregion = us-east-1\nendpoint_url = {}\n", s3.endpoint),
+    )
+    .unwrap();
+    let mut profiled = env.cmd(&["seal", "r1", "--to", &to]);
+    profiled.env("AWS_PROFILE", "ci");
+    Out::from(profiled.output().unwrap()).ok();
+    assert!(s3.keys().contains(&"p/r1.tar.zst".to_string()));
+    let mut missing = env.cmd(&["verify", &s3.url("p/r1.tar.zst")]);
+    missing.env("AWS_PROFILE", "nope");
+    Out::from(missing.output().unwrap()).code(125).stderr_has("profile `nope`");
+}
+
+#[test]
+fn archive_store_urls_are_refused_before_anything_runs() {
+    let env = Env::new();
+    for (url, says) in [
+        ("s3://Bad_Bucket/p", "not a bucket name"),
+        ("s3://bucket/../p", "segment"),
+        ("gs://bucket/p", "not gs://"),
+    ] {
+        env.run(&["run", "--seal", "--to", url, "--", "sh", "-c", "touch ran"]).code(125).stderr_has(says);
+        assert!(!env.path("ran").exists(), "{url}: the command ran");
+    }
+    let out = env.run(&["run", "--seal", "--archive-store", "s3://AKIAKEY:hunter2@bucket/p", "--", "true"]);
+    out.code(125).stderr_has("credentials");
+    assert!(!out.stderr.contains("hunter2"), "a key in a URL is never echoed");
+}
+
+#[test]
+fn the_reaper_counts_a_listed_archive_as_evidence_and_waits_out_an_outage() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    let store = s3.url("st");
+    // A run whose seal saved nothing (the store was down): held.
+    env.run(&["run", "--run-id", "h1", "--job", "j", "--", "true"]).ok();
+    let out = Out::from(
+        s3.cmd(&env, &["seal", "h1", "--archive-store", &store])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap(),
+    );
+    out.code(81);
+    std::thread::sleep(Duration::from_millis(20));
+    // Held: no store named, or a store without its archive.
+    s3.run(&env, &["reap", "--keep", "1ms"]).ok();
+    assert!(env.run_dir("h1").exists());
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
+    assert!(env.run_dir("h1").exists());
+    // Its archive reached the store all the same (say, runws died before
+    // recording it): an outage while listing keeps the run...
+    s3.put("st/j/h1.tar.zst", b"sealed elsewhere");
+    let out = Out::from(
+        s3.cmd(&env, &["reap", "--keep", "1ms", "--archive-store", &store])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap(),
+    );
+    out.ok().stdout_has("for a later reap to decide");
+    assert!(env.run_dir("h1").exists());
+    assert_eq!(env.manifest("h1")["held"], true, "nothing recorded as missing");
+    // ...and a store that answers lets it go, saying where its evidence is.
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok().stdout_has("st/j/h1.tar.zst");
+    assert!(!env.run_dir("h1").exists());
+}
