@@ -73,6 +73,12 @@ nothing could be saved.")]
     Seal {
         /// The lane's name, lane-<ticket>-<initials>
         lane: String,
+        /// Also place the kit, create-only, under lanes/ in this archive
+        /// store: s3://BUCKET/PREFIX or a directory (default:
+        /// RUNWS_ARCHIVE_STORE); the seal fails, and takes the local kit
+        /// back, when that fails
+        #[arg(long, value_name = "URL")]
+        archive_store: Option<String>,
     },
 
     /// Restore a kit, show its diff stat, run its replay/eval.sh in a clean run

@@ -48,7 +48,9 @@ pub fn dispatch(root: Option<&Path>, command: LaneCommand) -> anyhow::Result<u8>
         LaneCommand::Run { lane, capture, timeout, pass, env_file, command } => {
             run(&root, &lane, RunOpts { capture, timeout, pass, env_file }, command)
         }
-        LaneCommand::Seal { lane } => seal(&root, &lane),
+        LaneCommand::Seal { lane, archive_store } => {
+            seal(&root, &lane, crate::archive_store::configured(archive_store.as_deref())?.as_ref())
+        }
         LaneCommand::Review { kit, timeout, keep } => {
             review_kit(&root, &kit, &ReviewOptions { timeout, keep })
         }
@@ -175,9 +177,9 @@ fn copy_logs(root: &Root, lane: &Lane, run_id: &str) -> crate::error::Result<()>
     Ok(())
 }
 
-fn seal(root: &Root, name: &str) -> anyhow::Result<u8> {
+fn seal(root: &Root, name: &str, store: Option<&crate::archive_store::Place>) -> anyhow::Result<u8> {
     let lane = Lane::open(root, name)?;
-    let report = kit::seal(&lane)?;
+    let report = kit::seal(&lane, store)?;
     if let Some(checker) = &report.card.checker {
         for r in &checker.removed {
             eprintln!("runws: removed {} from lane {name}", shown::line(r));
@@ -192,10 +194,12 @@ fn seal(root: &Root, name: &str) -> anyhow::Result<u8> {
     let cp = &report.checkpoint;
     match (&cp.source, &cp.archive) {
         (Source::Receipt, Some(path)) => {
+            let stored = report.card.kit.as_ref().and_then(|k| k.stored.as_deref());
             eprintln!(
-                "runws: sealed lane {name} into {} (sha256:{}); review it with `runws lane review`",
+                "runws: sealed lane {name} into {} (sha256:{}){}; review it with `runws lane review`",
                 path.display(),
-                cp.archive_sha256.as_deref().unwrap_or_default()
+                cp.archive_sha256.as_deref().unwrap_or_default(),
+                stored.map(|u| format!(", stored as {}", shown::line(u))).unwrap_or_default()
             );
             println!("{}", path.display());
             Ok(exit::OK)

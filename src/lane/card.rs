@@ -107,6 +107,9 @@ pub struct Kit {
     pub sha256: String,
     pub receipt: String,
     pub sealed_at: String,
+    /// Its copy in the archive store, when one was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -216,7 +216,7 @@ pub struct SealReport {
 /// Seals the lane into `ROOT/archive/lanes/<lane>.tar.zst` (`<lane>.2...`
 /// after a return). A failed check writes nothing but the card; a scan
 /// finding quarantines the kit and leaves the lane `working`.
-pub fn seal(lane: &Lane) -> Result<SealReport> {
+pub fn seal(lane: &Lane, store: Option<&crate::archive_store::Place>) -> Result<SealReport> {
     let _lock = lane.lock()?;
     let mut card = lane.read()?;
     allowed(&lane.name, card.state, Step::Seal)?;
@@ -308,16 +308,39 @@ pub fn seal(lane: &Lane) -> Result<SealReport> {
                 lane.write(&card)?;
                 return Err(Error::KitCheck { lane: lane.name.clone(), failed: detail });
             }
+            let receipt = cp.receipt.clone().unwrap_or_default();
+            // The kit must survive the host: with an archive store, a seal
+            // is only a seal once its copy is there. When that fails the
+            // local kit is taken back, and a later seal makes it again.
+            let stored = match store {
+                None => None,
+                Some(store) => match store
+                    .for_job("lanes")
+                    .and_then(|dest| crate::seal::remote::place_copy(&dest, path, sha, &receipt))
+                {
+                    Ok(url) => Some(url),
+                    Err(e) => {
+                        for p in [path.clone(), receipt.clone(), crate::seal::archive::sha256_path(path)] {
+                            let _ = std::fs::remove_file(p);
+                        }
+                        card.event("seal", format!("kit sealed but not stored in the archive store: {e}"));
+                        lane.write(&card)?;
+                        return Err(e);
+                    }
+                },
+            };
             card.kit = Some(Kit {
                 path: path.display().to_string(),
                 sha256: sha.clone(),
-                receipt: cp.receipt.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                receipt: receipt.display().to_string(),
                 sealed_at: cp.at.clone(),
+                stored: stored.clone(),
             });
             card.review = None;
             card.stamp = None;
             card.state = State::Sealed;
-            card.event("seal", format!("sealed into {} (sha256:{sha})", path.display()));
+            let copy = stored.map(|u| format!(", stored as {u}")).unwrap_or_default();
+            card.event("seal", format!("sealed into {} (sha256:{sha}){copy}", path.display()));
         }
         _ => {
             checker.ok = false;

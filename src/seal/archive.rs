@@ -125,6 +125,13 @@ pub fn write_sha256_file(archive: &Path, sha256_hex: &str) -> Result<()> {
     Dir::open(dir)?.write_atomic(&format!("{name}.sha256"), line.as_bytes(), 0o644, true)
 }
 
+/// `<archive>.sha256`: where [`write_sha256_file`] writes.
+pub fn sha256_path(archive: &Path) -> std::path::PathBuf {
+    let mut name = archive.as_os_str().to_owned();
+    name.push(".sha256");
+    name.into()
+}
+
 pub(crate) fn split_parent(path: &Path) -> Result<(&Path, &OsStr)> {
     let name =
         path.file_name().ok_or_else(|| Error::Usage(format!("`{}` does not name a file", path.display())))?;

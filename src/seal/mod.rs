@@ -7,7 +7,7 @@ pub mod checkpoint;
 mod compress;
 pub mod exclude;
 pub mod links;
-mod remote;
+pub mod remote;
 pub mod scan;
 mod sink;
 mod stages;

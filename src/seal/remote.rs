@@ -66,6 +66,42 @@ pub fn seal(
     Ok(quarantine(&bucket, place, target, pack_opts, &archive, &sha, &receipt, why, local))
 }
 
+/// A copy of a sealed archive (a lane's kit) with its checksum and
+/// receipt, placed create-only under `dest`; returns where the archive went.
+pub fn place_copy(
+    dest: &crate::archive_store::Place,
+    archive: &Path,
+    sha: &str,
+    receipt: &Path,
+) -> Result<String> {
+    let name = archive
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Other(format!("`{}` does not name an archive", archive.display())))?;
+    match dest {
+        crate::archive_store::Place::S3(place) => {
+            let bucket = Bucket::open(place)?;
+            let (url, _) = upload(&bucket, place, name, archive, sha, receipt, None)?;
+            Ok(url.display().to_string())
+        }
+        crate::archive_store::Place::Local(dir) => {
+            crate::fsx::create_private_dirs(dir).ctx("cannot create", dir)?;
+            let receipt_name = receipt.file_name().and_then(|n| n.to_str()).unwrap_or("receipt.json");
+            let d = crate::fsx::Dir::open(dir)?;
+            for (from, to) in [(archive, name.to_string()), (receipt, receipt_name.to_string())] {
+                let mut src = std::fs::File::open(from).ctx("cannot open", from)?;
+                let mut dst =
+                    d.create_new(&to, 0o644).map_err(|e| Error::io("cannot create", dir.join(&to), e))?;
+                std::io::copy(&mut src, &mut dst).ctx("cannot write", dir.join(&to))?;
+                dst.sync_all().ctx("cannot sync", dir.join(&to))?;
+            }
+            crate::seal::archive::write_sha256_file(&dir.join(name), sha)?;
+            d.sync()?;
+            Ok(dir.join(name).display().to_string())
+        }
+    }
+}
+
 /// The staged archive, uploaded under `place/quarantine/` with the first
 /// free name, its receipt saying why.
 #[allow(clippy::too_many_arguments)]

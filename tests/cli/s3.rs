@@ -241,7 +241,7 @@ fn a_killed_upload_leaves_nothing_under_the_real_name() {
     let Some(s3) = s3() else { return };
     let env = Env::new();
     // Incompressible, and over the single-PUT size: a multipart upload.
-    env.sh("big", "head -c 100000000 /dev/urandom > \"$RUNWS_DIR/outputs/blob\"").ok();
+    env.sh("big", "head -c 40000000 /dev/urandom > \"$RUNWS_DIR/outputs/blob\"").ok();
     let to = s3.url("p");
     let mut child = s3.cmd(&env, &["seal", "big", "--to", &to]).spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -260,7 +260,7 @@ fn a_killed_upload_leaves_nothing_under_the_real_name() {
     assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0, "staging swept");
     let dir = env.path("out");
     s3.run(&env, &["restore", &s3.url("p/big.tar.zst"), "--to", dir.to_str().unwrap()]).ok();
-    assert_eq!(std::fs::metadata(dir.join("outputs/blob")).unwrap().len(), 100_000_000);
+    assert_eq!(std::fs::metadata(dir.join("outputs/blob")).unwrap().len(), 40_000_000);
 }
 
 #[test]
@@ -411,4 +411,33 @@ fn the_reaper_counts_a_listed_archive_as_evidence_and_waits_out_an_outage() {
     // ...and a store that answers lets it go, saying where its evidence is.
     s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok().stdout_has("st/j/h1.tar.zst");
     assert!(!env.run_dir("h1").exists());
+}
+
+#[test]
+fn a_lanes_kit_is_a_kit_only_once_its_copy_is_in_the_store() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    let lane = crate::lane::claim(&env);
+    crate::lane::edit_replay(&env, &lane);
+    crate::lane::work(&env, &lane, "echo hi > hello && git add hello && git commit -qm hello").ok();
+    let store = s3.url("kits");
+    let down = Out::from(
+        s3.cmd(&env, &["lane", "seal", &lane, "--archive-store", &store])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap(),
+    );
+    down.code(125).stderr_has("onnection refused");
+    let local = env.root.join("archive/lanes").join(format!("{lane}.tar.zst"));
+    assert!(!local.exists(), "the local kit is taken back");
+    s3.run(&env, &["lane", "seal", &lane, "--archive-store", &store]).ok().stderr_has("stored as s3://");
+    assert!(local.exists());
+    let keys = s3.keys();
+    for suffix in [".tar.zst", ".tar.zst.sha256", ".receipt.json"] {
+        assert!(keys.contains(&format!("kits/lanes/{lane}{suffix}")), "{keys:?}");
+    }
+    assert_eq!(s3.get(&format!("kits/lanes/{lane}.tar.zst")).unwrap(), std::fs::read(&local).unwrap());
+    let card: serde_json::Value =
+        serde_json::from_str(&env.run(&["lane", "show", &lane, "--json"]).ok().stdout).unwrap();
+    assert_eq!(card["kit"]["stored"], format!("{store}/lanes/{lane}.tar.zst"));
 }
