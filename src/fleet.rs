@@ -47,8 +47,52 @@ pub fn run_of(m: &Manifest, root: &Path) -> FleetRun {
                 sha256: o.sha256.clone(),
             })
             .collect(),
-        archive: None,
+        // Where its evidence went: the seal's archive (a receipt or a
+        // quarantine), once there is one.
+        archive: m.checkpoint.as_ref().and_then(|c| c.archive.as_ref()).map(|a| a.display().to_string()),
+        lease_until: (m.status == crate::manifest::Status::Running).then(|| m.lease_until.clone()),
     }
+}
+
+/// A run's start on its way to the fleet view, and its heartbeat after.
+pub struct Started {
+    handle: std::thread::JoinHandle<std::result::Result<Conn, String>>,
+    stop: std::sync::mpsc::Sender<()>,
+}
+
+/// Sends the run's start on a thread of its own, then, while the run
+/// lasts, renews its record's lease every third of `ttl` over the same
+/// connection, so another host's reaper can tell a live run from one
+/// whose host went away. A failed heartbeat is tried again at the next.
+pub fn start(root: Root, url: String, run: FleetRun, ttl: Duration) -> Started {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        let mut conn = record(&root, &url, &run, None)?;
+        let every = (ttl / 3).max(Duration::from_millis(10));
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+            let until = crate::manifest::format_time(std::time::SystemTime::now() + ttl);
+            let _ = conn.fleet_heartbeat(&run.host, &run.run_id, &until);
+        }
+        Ok(conn)
+    });
+    Started { handle, stop }
+}
+
+/// `reap` with a PostgreSQL store: the running runs of other hosts whose
+/// heartbeat stopped are marked `stale` in the fleet view. Nothing else of
+/// theirs is touched: their own host's reaper decides what they are.
+pub fn mark_stale(url: &str) -> Result<Vec<(String, String)>> {
+    let mut s = store::open_fleet(url)?;
+    s.fleet_mark_stale(&crate::procinfo::hostname())
+}
+
+/// After a seal: the run's record again, now naming its archive, when
+/// `url` keeps a fleet view (queued when the store cannot take it).
+pub fn resend_sealed(url: Option<&str>, run: &crate::workspace::RunDir) {
+    let Some(url) = url.filter(|u| keeps_fleet(Some(u))) else { return };
+    let Ok(m) = crate::manifest::read(&run.dir) else { return };
+    let root = &run.root;
+    let _ = record(root, url, &run_of(&m, root.path()), None);
 }
 
 /// A connection to the fleet's store, kept from a run's start to its end.
@@ -103,12 +147,11 @@ pub const END_DEADLINE: Duration = Duration::from_secs(5);
 /// queue; never longer than [`END_DEADLINE`]. A record sent late by the
 /// thread after the deadline, as well as queued, changes nothing: an end
 /// is written the same way twice.
-pub fn finish(
-    root: &Root,
-    url: &str,
-    run: FleetRun,
-    start: Option<std::thread::JoinHandle<std::result::Result<Conn, String>>>,
-) {
+pub fn finish(root: &Root, url: &str, run: FleetRun, start: Option<Started>) {
+    let start = start.map(|s| {
+        drop(s.stop);
+        s.handle
+    });
     let (tx, rx) = std::sync::mpsc::channel();
     let (root2, url2, run2) = (root.clone(), url.to_string(), run.clone());
     std::thread::spawn(move || {
@@ -262,6 +305,7 @@ mod tests {
             input_fingerprint: "sha256:00".into(),
             outputs: Vec::new(),
             archive: None,
+            lease_until: None,
         }
     }
 

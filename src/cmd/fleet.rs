@@ -139,3 +139,21 @@ pub fn flush(root: Option<&Path>, url: &str) {
         Err(e) => eprintln!("runws: warning: the fleet view's records still wait: {e}"),
     }
 }
+
+/// `reap` with a PostgreSQL store: other hosts' running runs whose
+/// heartbeat stopped are marked stale in the fleet view, each said on
+/// stderr. A store that cannot be reached is a warning: the reap is done.
+pub fn mark_stale(url: &str) {
+    match crate::fleet::mark_stale(url) {
+        Ok(marked) => {
+            for (host, run) in marked {
+                eprintln!(
+                    "runws: run {} on host {}: its heartbeat stopped; marked stale in the fleet view",
+                    shown::line(&run),
+                    shown::line(&host)
+                );
+            }
+        }
+        Err(e) => eprintln!("runws: warning: cannot mark other hosts' expired runs stale: {e}"),
+    }
+}

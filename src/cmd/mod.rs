@@ -107,7 +107,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             other => other,
         },
         Command::Cat { run, name, job } => ls::cat(root, &run, &name, job.as_deref()),
-        Command::Seal { run, opts, json } => seal::seal(root, &run, &opts, json),
+        Command::Seal { run, opts, json } => seal::seal(root, store, &run, &opts, json),
         Command::Scan { paths, json, rules } => seal::scan(&paths, json, rules),
         Command::Archives { run, job, archive_store, json } => {
             archives::list(root, run.as_deref(), job.as_deref(), archive_store.as_deref(), json)
@@ -131,6 +131,7 @@ pub(crate) fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             // take when they ended go now.
             if !dry_run && crate::fleet::keeps_fleet(store) {
                 fleet::flush(root, store.unwrap_or_default());
+                fleet::mark_stale(store.unwrap_or_default());
             }
             Ok(code)
         }

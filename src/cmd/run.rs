@@ -77,7 +77,7 @@ fn run_with(
     let Some(opts) = seal.filter(|_| finished.started) else { return Ok(finished.code) };
     // The command's own failure is the one a caller must see first; the
     // seal's outcome is on stderr and in the manifest either way.
-    let sealed = super::seal::seal_run(&finished.run, &opts)?;
+    let sealed = super::seal::seal_run(&finished.run, &opts, store)?;
     Ok(if finished.code == exit::OK { sealed } else { finished.code })
 }
 

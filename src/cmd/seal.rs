@@ -27,8 +27,10 @@ pub fn options(a: &SealArgs) -> crate::error::Result<SealOptions> {
 }
 
 /// Seals a run and reports it; returns the exit code the checkpoint means.
-pub fn seal_run(run: &RunDir, opts: &SealOptions) -> anyhow::Result<u8> {
+/// With a PostgreSQL store the fleet view learns where the archive went.
+pub fn seal_run(run: &RunDir, opts: &SealOptions, store: Option<&str>) -> anyhow::Result<u8> {
     let cp = checkpoint::seal(run, opts)?;
+    crate::fleet::resend_sealed(store, run);
     Ok(report(&run.id, &cp))
 }
 
@@ -64,14 +66,21 @@ fn report(run_id: &str, cp: &Checkpoint) -> u8 {
     }
 }
 
-pub fn seal(root: Option<&Path>, run: &str, args: &SealArgs, json: bool) -> anyhow::Result<u8> {
+pub fn seal(
+    root: Option<&Path>,
+    store: Option<&str>,
+    run: &str,
+    args: &SealArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
     let root = workspace::resolve_root(root)?;
     let id = if run == "last" { super::ls::last_run(&root, None)? } else { run.to_string() };
     let rd = RunDir::open(&root, &id)?;
     if !json {
-        return seal_run(&rd, &options(args)?);
+        return seal_run(&rd, &options(args)?, store);
     }
     let cp = checkpoint::seal(&rd, &options(args)?)?;
+    crate::fleet::resend_sealed(store, &rd);
     let code = report(&rd.id, &cp);
     let mut object = serde_json::Map::new();
     object.insert("run_id".into(), rd.id.clone().into());

@@ -281,6 +281,7 @@ pub fn seal(lane: &Lane, store: Option<&crate::archive_store::Place>) -> Result<
         max_files: defaults.max_files,
         deadline: Some(Instant::now() + defaults.deadline),
         include: KIT_ENTRIES.iter().map(|s| s.to_string()).collect(),
+        durable: true,
     };
     let dest = crate::archive_store::Place::Local(dir);
     let scratch = lane.root.uploads();

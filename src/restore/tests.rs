@@ -21,6 +21,7 @@ fn opts(format: Format) -> PackOptions {
         max_files: 10_000,
         deadline: None,
         include: ["manifest.json", "outputs", "work"].map(String::from).to_vec(),
+        durable: true,
     }
 }
 

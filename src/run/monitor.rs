@@ -24,7 +24,7 @@ const BODY_MAX: u64 = 10 * 1024;
 /// record, on their way.
 pub(super) struct StartPing {
     ping: Option<Pending>,
-    fleet: Option<std::thread::JoinHandle<Result<crate::fleet::Conn, String>>>,
+    fleet: Option<crate::fleet::Started>,
 }
 
 fn ping(req: &Request, run_id: &str, event: Event, body: Vec<u8>) -> Option<Ping> {
@@ -39,7 +39,7 @@ pub(super) fn started(req: &Request, run: &RunDir, record: &Owner) -> Option<Sta
     let ping = ping(req, &run.id, Event::Start, Vec::new()).map(Ping::spawn);
     let fleet = fleet_store(req).map(|url| {
         let (root, entry) = (run.root.clone(), crate::fleet::run_of(record.record(), run.root.path()));
-        std::thread::spawn(move || crate::fleet::record(&root, &url, &entry, None))
+        crate::fleet::start(root, url, entry, req.lease_ttl)
     });
     (ping.is_some() || fleet.is_some()).then_some(StartPing { ping, fleet })
 }

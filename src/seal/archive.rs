@@ -92,7 +92,7 @@ pub fn pack(
     let tmp_path = dst_dir.join(&tmp);
 
     let outcome = write_archive(&root, file, &tmp_path, opts, inspector)
-        .and_then(|done| publish(&dst_dir, &tmp, dst_name, dst_archive).map(|()| done));
+        .and_then(|done| publish(&dst_dir, &tmp, dst_name, dst_archive, opts.durable).map(|()| done));
     let (mut report, sha, archive_bytes) = match outcome {
         Ok(done) => done,
         Err(e) => {
@@ -168,7 +168,7 @@ fn temp_name(final_name: &OsStr) -> String {
 
 /// Renames the finished temp file to its final name without replacing
 /// anything that appeared there meanwhile, then makes the rename durable.
-fn publish(dir: &Dir, tmp: &str, name: &OsStr, path: &Path) -> Result<()> {
+fn publish(dir: &Dir, tmp: &str, name: &OsStr, path: &Path, durable: bool) -> Result<()> {
     match renameat2(dir.borrow(), tmp, dir.borrow(), name, RenameFlags::RENAME_NOREPLACE) {
         Ok(()) => {}
         Err(Errno::EEXIST) => {
@@ -187,7 +187,7 @@ fn publish(dir: &Dir, tmp: &str, name: &OsStr, path: &Path) -> Result<()> {
         }
         Err(e) => return Err(Error::io("cannot rename into", path, e.into())),
     }
-    dir.sync()
+    if durable { dir.sync() } else { Ok(()) }
 }
 
 /// The compressed archive's bytes on their way to disk, hashed and counted.
@@ -221,7 +221,9 @@ fn write_archive(
     packer.pack(&names)?;
     let Packer { tar, files, bytes, excluded, .. } = packer;
     let written = tar.into_inner().and_then(Compressor::finish).ctx("cannot write", tmp_path)?;
-    written.file.sync_all().ctx("cannot sync", tmp_path)?;
+    if opts.durable {
+        written.file.sync_all().ctx("cannot sync", tmp_path)?;
+    }
     let sha = crate::hex::encode(&written.hasher.finalize());
     let report = PackReport {
         files,

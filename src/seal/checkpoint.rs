@@ -201,6 +201,7 @@ pub fn seal(run: &RunDir, opts: &SealOptions) -> Result<Checkpoint> {
         max_files: opts.max_files,
         deadline: Some(deadline),
         include: include_list(&opts.include)?,
+        durable: true,
     };
     let target = Target {
         src: run.path(),
@@ -406,7 +407,7 @@ fn write_receipt(
         path.parent().unwrap_or(Path::new(".")),
         path.file_name().and_then(|n| n.to_str()).unwrap_or("receipt.json"),
     );
-    Dir::open(dir)?.write_atomic(name, &bytes, 0o644, true)
+    Dir::open(dir)?.write_atomic(name, &bytes, 0o644, opts.durable)
 }
 
 /// Moves a clean staged archive to its real name, with its checksum file
@@ -426,7 +427,9 @@ fn publish(
     let name = final_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     fsx::check_name(name)?;
     d.rename(staged, name)?;
-    d.sync()?;
+    if opts.durable {
+        d.sync()?;
+    }
     let mut report = report.clone();
     report.archive_path = final_path.to_path_buf();
     let receipt = receipt_path(final_path);

@@ -45,7 +45,10 @@ pub fn seal(
         Err(e) => return Ok(nothing_saved(format!("the archive store failed: {e}"), Vec::new(), Vec::new())),
     }
     let staging = Scratch::new(target.scratch)?;
-    let local = checkpoint::seal_local(target, &staging.path(), pack_opts, prior, allow_unscanned)?;
+    // The store keeps the archive durable; its copy here only has to last
+    // until it is uploaded.
+    let staged_opts = PackOptions { durable: false, ..pack_opts.clone() };
+    let local = checkpoint::seal_local(target, &staging.path(), &staged_opts, prior, allow_unscanned)?;
     let (Some(archive), Some(sha)) = (local.archive.clone(), local.archive_sha256.clone()) else {
         return Ok(local);
     };

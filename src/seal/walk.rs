@@ -37,6 +37,9 @@ pub struct PackOptions {
     /// Top-level names to pack, in this order (e.g. `manifest.json`,
     /// `inputs`, `outputs`, `work`, `logs`); absent ones are skipped.
     pub include: Vec<String>,
+    /// Sync the archive and its directory before it is reported: off only
+    /// for an archive staged on its way to a store that keeps it durable.
+    pub durable: bool,
 }
 
 /// Sees every packed file's bytes during the one read the pack makes.

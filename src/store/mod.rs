@@ -117,6 +117,16 @@ pub trait Store: Send {
     fn fleet_runs(&mut self, _q: &FleetQuery) -> Result<Vec<FleetRun>> {
         Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
     }
+    /// A running run's heartbeat: its record's lease now lasts until
+    /// `lease_until` (a run marked stale meanwhile is running again).
+    fn fleet_heartbeat(&mut self, _host: &str, _run_id: &str, _lease_until: &str) -> Result<()> {
+        Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
+    }
+    /// Marks `stale` the running runs of hosts other than `host` whose
+    /// recorded lease has run out; returns them (host, run id).
+    fn fleet_mark_stale(&mut self, _host: &str) -> Result<Vec<(String, String)>> {
+        Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
+    }
 }
 
 const FLEET_NEEDS_POSTGRES: &str =
@@ -143,6 +153,10 @@ pub struct FleetRun {
     /// Where the sealed archive went, when it was sealed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive: Option<String>,
+    /// While it runs: until when its heartbeat holds it live. A running
+    /// run past it is marked `stale` by another host's `reap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

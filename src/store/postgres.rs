@@ -66,6 +66,27 @@ ON CONFLICT (host, run_id) DO UPDATE
         record = EXCLUDED.record, updated_at = now()
     WHERE r.status = 'running' OR EXCLUDED.status <> 'running'";
 
+/// A running run's heartbeat: its lease, and `running` again if another
+/// host's reaper thought it stale. An ended record is never touched.
+const HEARTBEAT: &str = "
+UPDATE runws_runs_v1
+SET status = 'running',
+    record = jsonb_set(jsonb_set(record, '{lease_until}', to_jsonb($3::text)), '{status}', '\"running\"'),
+    updated_at = now()
+WHERE host = $1 AND run_id = $2 AND status IN ('running', 'stale')";
+
+/// Another host's running runs whose recorded lease ran out: `stale` in
+/// the view (their own host's reaper decides what they are). A lease that
+/// is not a timestamp of runws's form is never cast, so a forged record
+/// cannot fail the statement.
+const MARK_STALE: &str = "
+UPDATE runws_runs_v1
+SET status = 'stale', record = jsonb_set(record, '{status}', '\"stale\"'), updated_at = now()
+WHERE status = 'running' AND host <> $1
+  AND (CASE WHEN record->>'lease_until' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?Z$'
+            THEN (record->>'lease_until')::timestamptz END) < now()
+RETURNING host, run_id";
+
 /// The fleet's runs, newest first, each filter applying when given. A run
 /// id prefix is compared as text, never as a LIKE pattern: `_`, which a
 /// run id may hold, is not a wildcard there; the run of exactly that id
@@ -417,6 +438,22 @@ impl Store for PgStore {
             &[&run.host, &run.run_id, &run.job, &run.status, &run.started_at, &record],
         )?;
         Ok(())
+    }
+
+    fn fleet_heartbeat(&mut self, host: &str, run_id: &str, lease_until: &str) -> Result<()> {
+        self.query("renew a run's record", HEARTBEAT, &[&host, &run_id, &lease_until])?;
+        Ok(())
+    }
+
+    fn fleet_mark_stale(&mut self, host: &str) -> Result<Vec<(String, String)>> {
+        let rows = self.query("mark other hosts' expired runs stale", MARK_STALE, &[&host])?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let h: String = row.try_get(0).map_err(|e| self.decode(e))?;
+            let r: String = row.try_get(1).map_err(|e| self.decode(e))?;
+            out.push((h, r));
+        }
+        Ok(out)
     }
 
     fn fleet_runs(&mut self, q: &super::FleetQuery) -> Result<Vec<super::FleetRun>> {

@@ -271,3 +271,130 @@ fn a_queue_planted_as_a_symlink_is_not_followed() {
         .stderr_has("cannot be queued");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "runws wrote through the planted link");
 }
+
+#[test]
+fn the_fleet_view_names_where_a_runs_archive_went() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("sealed");
+    let id = format!("{j}-1");
+    env.run(&["--store", &url, "run", "--run-id", &id, "--job", &j, "--seal", "--", "true"]).ok();
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    let archive = env.manifest(&id)["checkpoint"]["archive"].as_str().unwrap().to_string();
+    assert!(archive.ends_with(&format!("{id}.tar.zst")));
+    assert_eq!(runs[0]["archive"], archive, "{runs:?}");
+    // A seal made later, by `runws seal`, is learnt too.
+    let id2 = format!("{j}-2");
+    env.run(&["--store", &url, "run", "--run-id", &id2, "--job", &j, "--", "true"]).ok();
+    assert!(fleet_json(&env, &url, &["--job", &j])[0]["archive"].is_null());
+    env.run(&["--store", &url, "seal", &id2]).ok();
+    let archive2 = env.manifest(&id2)["checkpoint"]["archive"].as_str().unwrap().to_string();
+    assert_eq!(fleet_json(&env, &url, &["--job", &j])[0]["archive"], archive2);
+}
+
+/// Statements straight to the fleet's table, as another host's runws (or a
+/// host that went away) would have left it.
+#[cfg(feature = "postgres")]
+fn sql(url: &str, statement: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<postgres::Row> {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect to the test server");
+    c.query(statement, params).expect(statement)
+}
+
+#[cfg(feature = "postgres")]
+fn plant(url: &str, host: &str, run_id: &str, job: &str, lease_until: &str) {
+    let record = serde_json::json!({
+        "run_id": run_id, "host": host, "root": "/elsewhere", "job": job, "status": "running",
+        "started_at": "2026-01-01T00:00:00.000Z", "input_fingerprint": "sha256:0", "outputs": [],
+        "lease_until": lease_until,
+    })
+    .to_string();
+    sql(
+        url,
+        "INSERT INTO runws_runs_v1 (host, run_id, job, status, started_at, record) \
+         VALUES ($1, $2, $3, 'running', now(), $4::text::jsonb)",
+        &[&host, &run_id, &job, &record],
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn reap_marks_other_hosts_runs_whose_heartbeat_stopped_stale_and_nothing_else() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    // The table exists once any runws used the store.
+    env.run(&["--store", &url, "ls", "--fleet", "--limit", "1"]).ok();
+    let j = job("stale");
+    let far = format!("far-host-{}", uuid::Uuid::now_v7().simple());
+    plant(&url, &far, &format!("{j}-gone"), &j, "2020-01-01T00:00:00.000Z");
+    plant(&url, &far, &format!("{j}-live"), &j, "2999-01-01T00:00:00.000Z");
+    plant(&url, &far, &format!("{j}-forged"), &j, "'; DROP TABLE x; --");
+    let out = env.run(&["--store", &url, "reap"]);
+    out.ok().stderr_has(&format!("run {j}-gone on host {far}: its heartbeat stopped"));
+    assert!(!out.stderr.contains(&format!("{j}-live")) && !out.stderr.contains(&format!("{j}-forged")));
+    let runs = fleet_json(&env, &url, &["--job", &j]);
+    let status = |id: &str| runs.iter().find(|r| r["run_id"] == id).unwrap()["status"].clone();
+    assert_eq!(status(&format!("{j}-gone")), "stale");
+    assert_eq!(status(&format!("{j}-live")), "running");
+    assert_eq!(status(&format!("{j}-forged")), "running");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn reap_never_marks_this_hosts_runs_from_the_fleet_view() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    env.run(&["--store", &url, "ls", "--fleet", "--limit", "1"]).ok();
+    // This host's runs are its reaper's to judge, from their manifests.
+    let j = job("own");
+    let me = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    plant(&url, &me, &format!("{j}-mine"), &j, "2020-01-01T00:00:00.000Z");
+    env.run(&["--store", &url, "reap"]).ok();
+    assert_eq!(fleet_json(&env, &url, &["--job", &j])[0]["status"], "running");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_running_runs_heartbeat_keeps_it_live_and_revives_a_stale_mark() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("beat");
+    let id = format!("{j}-1");
+    let mut child = env
+        .cmd(&[
+            "--store",
+            &url,
+            "run",
+            "--run-id",
+            &id,
+            "--job",
+            &j,
+            "--lease-ttl",
+            "300ms",
+            "--",
+            "sleep",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    let seen = wait_until(std::time::Duration::from_secs(5), || {
+        fleet_json(&env, &url, &["--job", &j]).first().is_some_and(|r| r["status"] == "running")
+    });
+    assert!(seen, "the start reached the view");
+    // Another host's reaper thought it gone: the next heartbeat says otherwise.
+    sql(
+        &url,
+        "UPDATE runws_runs_v1 SET status = 'stale', record = jsonb_set(record, '{status}', '\"stale\"') WHERE run_id = $1",
+        &[&id],
+    );
+    let revived = wait_until(std::time::Duration::from_secs(3), || {
+        fleet_json(&env, &url, &["--job", &j]).first().is_some_and(|r| r["status"] == "running")
+    });
+    assert!(revived, "the heartbeat revived it");
+    let r = fleet_json(&env, &url, &["--job", &j]).remove(0);
+    let until = r["lease_until"].as_str().unwrap().to_string();
+    assert!(until.as_str() > r["started_at"].as_str().unwrap(), "{r}");
+    assert!(child.wait().unwrap().success());
+    let r = fleet_json(&env, &url, &["--job", &j]).remove(0);
+    assert_eq!(r["status"], "succeeded");
+    assert!(r.get("lease_until").is_none(), "an ended record holds no lease: {r}");
+}

@@ -243,7 +243,8 @@ fn a_killed_upload_leaves_nothing_under_the_real_name() {
     // Incompressible, and over the single-PUT size: a multipart upload.
     env.sh("big", "head -c 40000000 /dev/urandom > \"$RUNWS_DIR/outputs/blob\"").ok();
     let to = s3.url("p");
-    let mut child = s3.cmd(&env, &["seal", "big", "--to", &to]).spawn().unwrap();
+    let mut child =
+        s3.cmd(&env, &["seal", "big", "--to", &to]).env("RUNWS_S3_MULTIPART_FROM", "32MiB").spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while s3.uploads_in_progress() == 0 {
         assert!(child.try_wait().unwrap().is_none(), "the seal ended before its upload was seen");
@@ -254,8 +255,14 @@ fn a_killed_upload_leaves_nothing_under_the_real_name() {
     child.wait().unwrap();
     let keys = s3.keys();
     assert!(!keys.iter().any(|k| k.starts_with("p/big")), "nothing under the real name: {keys:?}");
-    // The next seal succeeds, and removes what the killed one staged.
-    s3.run(&env, &["seal", "big", "--to", &to]).ok();
+    // The next seal succeeds, in parts too, and removes what the killed
+    // one staged.
+    Out::from(
+        s3.cmd(&env, &["seal", "big", "--to", &to]).env("RUNWS_S3_MULTIPART_FROM", "32MiB").output().unwrap(),
+    )
+    .ok();
+    assert_eq!(s3.uploads_in_progress(), 1, "only the killed upload is left in progress");
+    assert!(!s3.keys().iter().any(|k| k.contains(".staging")), "{:?}", s3.keys());
     assert!(s3.keys().contains(&"p/big.tar.zst".to_string()));
     assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0, "staging swept");
     let dir = env.path("out");

@@ -17,6 +17,7 @@ pub(crate) fn opts(format: Format) -> PackOptions {
         max_files: 10_000,
         deadline: None,
         include: ["manifest.json", "inputs", "outputs", "work", "logs"].map(String::from).to_vec(),
+        durable: true,
     }
 }
 
