@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::manifest::{Claim, ClaimKind, InputRecord, Manifest};
 
 pub(crate) mod calls;
+mod elsewhere;
 pub(crate) mod local;
 pub(crate) mod remote;
 pub(crate) mod wire;

@@ -300,6 +300,7 @@ mod tests {
             ],
             &["run", "--max-bytes", "1GiB", "--max-files", "10", "--deadline", "5s", "--", "x"],
             &["run", "--seal", "--allow-unscanned", "--", "x"],
+            &["run", "--seal", "--to", "s3://bucket/p", "--archive-store", "s3://bucket/q", "--", "x"],
             &["run", "--sandbox", "--net", "none", "--", "/bin/true"],
             &["run", "--sandbox=try", "--net", "host", "--rw", "/a", "--ro", "/b", "--hide", "/c", "--", "x"],
             &["run", "--sandbox", "--allow-userns", "--", "x"],

@@ -94,13 +94,6 @@ pub fn seal(
     Ok(code)
 }
 
-/// The most compressed bytes a restore downloads for `max_bytes` of
-/// content: zstd and gzip add at most a small fraction to data they cannot
-/// compress, and tar a header per file.
-fn compressed_most(max_bytes: u64) -> u64 {
-    max_bytes.saturating_add(max_bytes / 8).saturating_add(64 << 20)
-}
-
 pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Result<u8> {
     if rules {
         let mut out = std::io::stdout().lock();
@@ -165,7 +158,11 @@ pub fn restore(
     // From a bucket: downloaded and verified first, then restored as a
     // local archive (see `restore::fetch`).
     let fetched = match crate::archive_store::remote(archive) {
-        Some(url) => Some(restore::fetch::fetch(url, &root.uploads(), compressed_most(limits.max_bytes))?),
+        Some(url) => Some(restore::fetch::fetch(
+            url,
+            &root.uploads(),
+            restore::fetch::compressed_most(limits.max_bytes),
+        )?),
         None => None,
     };
     let local = fetched.as_ref().map_or(archive, |f| f.archive.as_path());

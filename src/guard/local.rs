@@ -215,11 +215,14 @@ impl Local {
 
     /// [`Calls::import`] held to `allowed` (runws's own copy of a sandboxed
     /// run's list) instead of the list the manifest records.
+    /// `fleet` is the PostgreSQL store whose fleet view and archive store
+    /// serve a run this ROOT does not hold (see [`super::elsewhere`]).
     pub(crate) fn import_within(
         &self,
         run: &str,
         name: &OsStr,
         allowed: Option<&[String]>,
+        fleet: Option<&str>,
     ) -> Result<InputRecord> {
         fsx::check_name(name)?;
         workspace::check_run_id(run)?;
@@ -228,8 +231,14 @@ impl Local {
         if run == self.run.id {
             return Err(refuse("a run cannot import its own output; use `runws get`".into()));
         }
+        let local = RunDir::open(&self.run.root, run);
+        let remote = match (&local, fleet.filter(|u| crate::fleet::keeps_fleet(Some(u)))) {
+            (Err(Error::NoSuchRun { .. }), Some(url)) => super::elsewhere::record(url, run)?,
+            _ => None,
+        };
         if let Some(list) = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m)) {
-            self.check_allowed(&list, run, name)?;
+            let remote_job = remote.as_ref().filter(|r| r.status == "succeeded").map(|r| r.job.as_str());
+            self.check_allowed(&list, run, name, remote_job)?;
         }
         // Imported already (by an earlier call, or by runws for a replay,
         // whose producer may be gone since): the copy in `inputs/` stands.
@@ -238,7 +247,11 @@ impl Local {
         }) {
             return Ok(done.clone());
         }
-        let producer = RunDir::open(&self.run.root, run)?;
+        let producer = match (local, remote) {
+            (Ok(p), _) => p,
+            (Err(_), Some(rec)) => return self.import_elsewhere(run, name, &rec),
+            (Err(e), None) => return Err(e),
+        };
         let pm = manifest::read(&producer.dir)?;
         if pm.status != Status::Succeeded {
             return Err(refuse(format!(
@@ -264,6 +277,37 @@ impl Local {
             let _ = into.unlink(&tmp);
             return Err(Error::Integrity { path: src_path, expected: rec.sha256, found: sha256 });
         }
+        self.commit_import(&into, &tmp, run, name, bytes, sha256)
+    }
+
+    /// An output of a run of another host, from the archive store the fleet
+    /// view names, kept only when it hashes to what the view recorded.
+    fn import_elsewhere(&self, run: &str, name: &OsStr, rec: &crate::store::FleetRun) -> Result<InputRecord> {
+        let refuse = |why: String| Error::ImportRefused { run: run.to_string(), name: shown::os(name), why };
+        let (expected, expected_bytes, url) = super::elsewhere::source(rec, run, name).map_err(refuse)?;
+        let inputs = self.run.sub("inputs")?;
+        inputs.mkdir_if_missing(run, 0o755)?;
+        let into = inputs.sub(run)?;
+        let (tmp, bytes, sha256) = super::elsewhere::extract(&self.run.root, &url, run, name, &into)?;
+        if sha256 != expected || bytes != expected_bytes {
+            let _ = into.unlink(&tmp);
+            let path = PathBuf::from(format!("{url}!/outputs/{}.{run}", shown::os(name)));
+            return Err(Error::Integrity { path, expected, found: sha256 });
+        }
+        self.commit_import(&into, &tmp, run, name, bytes, sha256)
+    }
+
+    /// Renames an imported output's temp file in `inputs/<run>/` to its
+    /// name and records it as an input, while the run is live.
+    fn commit_import(
+        &self,
+        into: &Dir,
+        tmp: &str,
+        run: &str,
+        name: &OsStr,
+        bytes: u64,
+        sha256: String,
+    ) -> Result<InputRecord> {
         let path = OsName::from(run).joined("/", name);
         let record = InputRecord {
             path: path.clone(),
@@ -275,7 +319,7 @@ impl Local {
         };
         let result = manifest::update(&self.run.dir, true, |m| {
             self.check_live(m)?;
-            into.rename(&tmp, name)?;
+            into.rename(tmp, name)?;
             into.sync()?;
             m.inputs.retain(|i| i.path != path);
             m.inputs.push(record.clone());
@@ -283,15 +327,25 @@ impl Local {
             m.input_fingerprint = fingerprint::combine(&m.inputs);
             Ok(record)
         });
-        let _ = into.unlink(&tmp);
+        let _ = into.unlink(tmp);
         result
     }
 
     /// Refuses (exit 3), and records the refusal, unless `list` names run
     /// `run` or the job of that run (which must have succeeded). Whether the
     /// run exists is not told apart from whether it is allowed.
-    fn check_allowed(&self, list: &[String], run: &str, name: &OsStr) -> Result<()> {
+    fn check_allowed(
+        &self,
+        list: &[String],
+        run: &str,
+        name: &OsStr,
+        remote_job: Option<&str>,
+    ) -> Result<()> {
         if allowlist::names_run(list, run) {
+            return Ok(());
+        }
+        // A succeeded run of another host, of a job the list names.
+        if allowlist::has_jobs(list) && remote_job.is_some_and(|j| allowlist::names_job(list, j)) {
             return Ok(());
         }
         if allowlist::has_jobs(list)
@@ -420,7 +474,10 @@ impl Calls for Local {
     /// `--allow-import` names, when it has such a list (see
     /// [`crate::allowlist`]); a refusal is exit 3 and recorded.
     fn import(&self, run: &str, name: &OsStr) -> Result<InputRecord> {
-        self.import_within(run, name, None)
+        // A plain run's command has the store's URL when it was given one
+        // (with a lease, or `--pass RUNWS_STORE`).
+        let fleet = std::env::var("RUNWS_STORE").ok();
+        self.import_within(run, name, None, fleet.as_deref())
     }
 
     /// Records something this run created outside plain files of its own

@@ -32,6 +32,9 @@ pub struct Opened<'a> {
     pub allow_import: &'a [String],
     /// The run's lease, as runws took it.
     pub lease: Option<&'a RunLease>,
+    /// The run's store (`--store`, `RUNWS_STORE`): its fleet view serves
+    /// imports of other hosts' runs.
+    pub store: Option<&'a str>,
 }
 
 /// A change an isolation asks to be made to the run's record.

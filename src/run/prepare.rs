@@ -281,14 +281,24 @@ fn make(
         ports: &ports.records,
     };
     let mut env = envbuild::build(&paths, grants)?;
+    let mut vars = Vec::new();
     if let Some(l) = lease {
         // The command publishes with this token, so it must reach the same
         // store the token came from (the URL's value is never recorded),
         // unless its isolation reaches the store for it.
-        let mut vars = vec![("RUNWS_FENCE", l.token.to_string()), ("RUNWS_LEASE_KEY", l.key.clone())];
+        vars = vec![("RUNWS_FENCE", l.token.to_string()), ("RUNWS_LEASE_KEY", l.key.clone())];
         if req.isolation.shows_store() {
             vars.push(("RUNWS_STORE", l.url.clone()));
         }
+    } else if let Some(url) = req.store.as_deref().filter(|u| crate::fleet::keeps_fleet(Some(u)))
+        && !req.allow_import.is_empty()
+        && req.isolation.shows_store()
+    {
+        // A plain run that says whose outputs it imports reaches the fleet
+        // view for a run of another host (an isolated one's runws does).
+        vars.push(("RUNWS_STORE", url.to_string()));
+    }
+    if !vars.is_empty() {
         for (name, value) in vars {
             env.vars.insert(name.into(), value.into());
             env.record.push(EnvRecord {

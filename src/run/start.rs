@@ -146,7 +146,13 @@ impl<'r> Prepared<'r> {
                 return Ok(Begun::NotRun(code));
             }
         };
-        let opened = Opened { run, root: &root, allow_import: &req.allow_import, lease: lease.as_ref() };
+        let opened = Opened {
+            run,
+            root: &root,
+            allow_import: &req.allow_import,
+            lease: lease.as_ref(),
+            store: req.store.as_deref(),
+        };
         req.isolation.opened(&opened);
         // While the command starts on another core: the temp file of the
         // final record is made durable now, so that only its bytes remain to

@@ -98,9 +98,10 @@ impl Server {
         root: Root,
         allow_import: Vec<String>,
         lease: Option<RunLease>,
+        store: Option<String>,
     ) {
         let lease = lease.map(|grant| Leased { grant, store: Mutex::new(None) });
-        let served = Arc::new(Served { run_dir, id, root, allow: allow_import, lease });
+        let served = Arc::new(Served { run_dir, id, root, allow: allow_import, lease, store });
         let slots = Arc::new(Slots::default());
         std::thread::spawn(move || {
             let _keep = self._dir;
@@ -124,6 +125,8 @@ struct Served {
     root: Root,
     allow: Vec<String>,
     lease: Option<Leased>,
+    /// The run's store, whose fleet view serves imports of other hosts' runs.
+    store: Option<String>,
 }
 
 struct Leased {
@@ -258,7 +261,8 @@ fn answer(
         }
         Request::Has { name } => (serde_json::Value::Bool(guard.has(name.as_os_str())?), Body::Nothing),
         Request::Import { run, name } => {
-            (json(&guard.import_within(&run, name.as_os_str(), Some(allow))?), Body::Nothing)
+            let fleet = served.store.as_deref();
+            (json(&guard.import_within(&run, name.as_os_str(), Some(allow), fleet)?), Body::Nothing)
         }
         Request::Info => (json(&guard.manifest()?), Body::Nothing),
         Request::Claim { kind, value, repo } => {

@@ -124,6 +124,7 @@ impl Isolation for Isolated {
             at.root.clone(),
             at.allow_import.to_vec(),
             leased,
+            at.store.map(str::to_string),
         );
     }
 

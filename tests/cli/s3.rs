@@ -448,3 +448,160 @@ fn a_lanes_kit_is_a_kit_only_once_its_copy_is_in_the_store() {
         serde_json::from_str(&env.run(&["lane", "show", &lane, "--json"]).ok().stdout).unwrap();
     assert_eq!(card["kit"]["stored"], format!("{store}/lanes/{lane}.tar.zst"));
 }
+
+/// The PostgreSQL store of the fleet view, when the tests have one.
+#[cfg(feature = "postgres")]
+fn pg_url() -> Option<String> {
+    crate::harness::stores().into_iter().flatten().next()
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_fleets_sha256() {
+    let Some(s3) = s3() else { return };
+    let Some(pg) = pg_url() else { return };
+    let (producer, consumer) = (Env::new(), Env::new());
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let (p, job) = (format!("made-{tag}"), format!("maker-{tag}"));
+    let store = s3.url("fleet");
+    // The producer runs under another ROOT (another host, as far as the
+    // consumer's ROOT can tell), sealing into the archive store.
+    let made = Out::from(
+        s3.cmd(
+            &producer,
+            &[
+                "--store",
+                &pg,
+                "run",
+                "--run-id",
+                &p,
+                "--job",
+                &job,
+                "--seal",
+                "--",
+                "sh",
+                "-c",
+                "echo payload | runws put data.txt",
+            ],
+        )
+        .env("RUNWS_ARCHIVE_STORE", &store)
+        .output()
+        .unwrap(),
+    );
+    made.ok();
+    let import = "runws import \"$1\" data.txt && cat \"$RUNWS_DIR/inputs/$1/data.txt\"";
+    // A plain run that names whose outputs it imports is given the store's
+    // URL; the bucket's keys it is passed.
+    let allow = format!("job:{job}");
+    let plain_run = |id: &str, of: &str| {
+        s3.run(
+            &consumer,
+            &[
+                "--store",
+                &pg,
+                "run",
+                "--run-id",
+                id,
+                "--allow-import",
+                &allow,
+                "--pass",
+                "AWS_*",
+                "--",
+                "sh",
+                "-c",
+                import,
+                "sh",
+                of,
+            ],
+        )
+    };
+    plain_run("c1", &p).ok().stdout_has("payload");
+    let m = consumer.manifest("c1");
+    let input = m["inputs"].as_array().unwrap().iter().find(|i| i["from_run"] == p.as_str()).unwrap().clone();
+    assert_eq!(input["from_output"], "data.txt");
+    assert_eq!(input["sha256"], producer.manifest(&p)["outputs"][0]["sha256"]);
+    // Without an import list the command has no store URL: not found.
+    s3.run(
+        &consumer,
+        &["--store", &pg, "run", "--run-id", "c2", "--pass", "AWS_*", "--", "sh", "-c", import, "sh", &p],
+    )
+    .code(125)
+    .stderr_has("no run");
+
+    // A sandboxed command reaches neither: runws imports for it, under its
+    // --allow-import list (a job of another host counts).
+    let sandboxed = s3.run(
+        &consumer,
+        &[
+            "--store",
+            &pg,
+            "run",
+            "--sandbox",
+            "--net",
+            "none",
+            "--run-id",
+            "c3",
+            "--allow-import",
+            &format!("job:{job}"),
+            "--",
+            "sh",
+            "-c",
+            import,
+            "sh",
+            &p,
+        ],
+    );
+    sandboxed.ok().stdout_has("payload");
+    s3.run(
+        &consumer,
+        &[
+            "--store",
+            &pg,
+            "run",
+            "--sandbox",
+            "--net",
+            "none",
+            "--run-id",
+            "c4",
+            "--allow-import",
+            "job:other",
+            "--",
+            "sh",
+            "-c",
+            import,
+            "sh",
+            &p,
+        ],
+    )
+    .code(3);
+
+    // The fleet view's sha256 is the one the output must have.
+    let tampered = serde_json::json!("0".repeat(64));
+    let mut c = postgres::Client::connect(&pg, postgres::NoTls).unwrap();
+    c.execute(
+        "UPDATE runws_runs_v1 SET record = jsonb_set(record, '{outputs,0,sha256}', $2::text::jsonb) WHERE run_id = $1",
+        &[&p, &tampered.to_string()],
+    )
+    .unwrap();
+    plain_run("c5", &p).code(4).stderr_has("does not match");
+    assert!(!consumer.run_dir("c5").join("inputs").join(&p).join("data.txt").exists());
+    // A run sealed into no archive store cannot be imported from elsewhere.
+    let q = format!("local-{tag}");
+    producer
+        .run(&[
+            "--store",
+            &pg,
+            "run",
+            "--run-id",
+            &q,
+            "--job",
+            &job,
+            "--seal",
+            "--",
+            "sh",
+            "-c",
+            "echo x | runws put data.txt",
+        ])
+        .ok();
+    plain_run("c6", &q).code(125).stderr_has("not into an archive store");
+}
