@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::archive::{self, Format, Inspector, NoInspection, PackOptions, PackReport};
 use super::scan::{Allowance, DeepScan, Finding, LIMITS, Scanner, Unscanned};
+pub use super::target::{Subject, Target};
 use crate::archive_store::Place;
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{self, Dir};
@@ -152,28 +153,6 @@ fn include_list(extra: &[String]) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// What is sealed, for the receipt: a run of a job, or a promotion lane.
-#[derive(Debug, Clone, Copy)]
-pub enum Subject<'a> {
-    Run { run_id: &'a str, job: &'a str },
-    Lane { lane: &'a str },
-}
-
-/// One directory to seal and where its archive goes.
-#[derive(Debug, Clone, Copy)]
-pub struct Target<'a> {
-    /// The directory whose `include`d entries are packed.
-    pub src: &'a Path,
-    /// Where the archive, its checksum file and receipt go.
-    pub dest: &'a Place,
-    /// A directory on this disk a seal to a bucket stages under
-    /// (`ROOT/uploads`).
-    pub scratch: &'a Path,
-    /// The archive's name without its extension.
-    pub stem: &'a str,
-    pub subject: Subject<'a>,
-}
-
 /// Seals `run`: an archive in the ordinary location when the pack succeeds
 /// and the scan is clean; otherwise a quarantine archive; otherwise nothing.
 /// The manifest records which.
@@ -229,20 +208,12 @@ pub fn seal_tree(
 ) -> Result<Checkpoint> {
     match target.dest {
         Place::Local(dir) => seal_local(target, dir, pack_opts, prior, allow_unscanned),
-        Place::S3(place) => super::remote::seal(target, place, pack_opts, prior, allow_unscanned),
-    }
-}
-
-/// What a taken archive name means, for the refusal.
-pub(super) fn sealed_already(target: &Target<'_>) -> String {
-    match target.subject {
-        Subject::Run { run_id, .. } => format!("run `{run_id}` is sealed"),
-        Subject::Lane { lane } => format!("lane `{lane}` is sealed"),
+        Place::S3(place) => super::remote::seal(target, place, pack_opts, prior, allow_unscanned, seal_local),
     }
 }
 
 /// [`seal_tree`] into the directory `dir`.
-pub(super) fn seal_local(
+fn seal_local(
     target: &Target<'_>,
     dir: &Path,
     pack_opts: &PackOptions,
@@ -257,7 +228,7 @@ pub(super) fn seal_local(
         return Err(Error::Usage(format!(
             "`{}` already exists: {}",
             final_path.display(),
-            sealed_already(target)
+            target.sealed_already()
         )));
     }
 

@@ -11,6 +11,7 @@ pub mod remote;
 pub mod scan;
 mod sink;
 mod stages;
+mod target;
 mod walk;
 
 /// The most bytes of file content a seal packs, and a restore writes, unless

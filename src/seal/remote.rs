@@ -14,12 +14,17 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::archive::PackOptions;
-use super::checkpoint::{self, Checkpoint, Source, Target};
 use super::scan::Finding;
+use super::target::Target;
 use crate::archive_store::{Bucket, S3Place, Scratch};
 use crate::error::{Error, IoContext, Result};
 use crate::manifest;
+use crate::manifest::{Checkpoint, Source};
 use crate::workspace::QUARANTINE;
+
+/// How a seal into a directory is made: the checkpoint's, which this one
+/// stages with.
+pub type SealLocal = fn(&Target<'_>, &Path, &PackOptions, Vec<Finding>, bool) -> Result<Checkpoint>;
 
 /// Seals `target` into `place`; see the module's text.
 pub fn seal(
@@ -28,6 +33,7 @@ pub fn seal(
     pack_opts: &PackOptions,
     prior: Vec<Finding>,
     allow_unscanned: bool,
+    seal_local: SealLocal,
 ) -> Result<Checkpoint> {
     let name = format!("{}.{}", target.stem, pack_opts.format.extension());
     let bucket = Bucket::open(place)?;
@@ -38,7 +44,7 @@ pub fn seal(
             return Err(Error::Usage(format!(
                 "`{}` already exists: {}",
                 place.object_url(&name),
-                checkpoint::sealed_already(target)
+                target.sealed_already()
             )));
         }
         Ok(None) => {}
@@ -48,7 +54,7 @@ pub fn seal(
     // The store keeps the archive durable; its copy here only has to last
     // until it is uploaded.
     let staged_opts = PackOptions { durable: false, ..pack_opts.clone() };
-    let local = checkpoint::seal_local(target, &staging.path(), &staged_opts, prior, allow_unscanned)?;
+    let local = seal_local(target, &staging.path(), &staged_opts, prior, allow_unscanned)?;
     let (Some(archive), Some(sha)) = (local.archive.clone(), local.archive_sha256.clone()) else {
         return Ok(local);
     };
