@@ -260,8 +260,15 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(uploads: &Path) -> Result<Scratch> {
-        crate::fsx::create_private_dirs(uploads).ctx("cannot create", uploads)?;
-        let dir = Dir::open(uploads)?;
+        // Made and opened from its parent (ROOT), never through a symlink
+        // a plain run's command planted in its place.
+        let (Some(parent), Some(name)) = (uploads.parent(), uploads.file_name()) else {
+            return Err(Error::Usage(format!("`{}` is not a scratch directory", uploads.display())));
+        };
+        crate::fsx::create_private_dirs(parent).ctx("cannot create", parent)?;
+        let parent = Dir::open(parent)?;
+        parent.mkdir_if_missing(name, 0o700)?;
+        let dir = parent.sub(name)?;
         sweep(&dir);
         loop {
             let name = uuid::Uuid::now_v7().to_string();

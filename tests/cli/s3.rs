@@ -605,3 +605,18 @@ fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_flee
         .ok();
     plain_run("c6", &q).code(125).stderr_has("not into an archive store");
 }
+
+#[test]
+fn a_planted_uploads_symlink_is_never_followed() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // A plain run's command plants ROOT/uploads for a later seal to use.
+    env.sh("r1", &format!("ln -s '{}' \"$RUNWS_ROOT/uploads\"", elsewhere.display())).ok();
+    let out = s3.run(&env, &["seal", "r1", "--to", &s3.url("p")]);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    out.stderr_has("symlink");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    assert!(s3.keys().is_empty());
+}

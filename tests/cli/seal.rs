@@ -253,3 +253,50 @@ fn run_seal_seals_nothing_of_a_command_that_never_ran() {
         .code(127);
     assert!(!archive_dir(&env, "never").exists(), "an archive was made of a command that never ran");
 }
+
+/// A directory as the archive store (a mounted share, say): runs seal to
+/// `DIR/<job>/`, `archives` lists them, and a held run whose archive is
+/// there all the same is let go by `reap --keep`.
+#[test]
+fn a_directory_serves_as_the_archive_store() {
+    let env = Env::new();
+    let store = env.path("share");
+    let s = store.to_str().unwrap();
+    env.run(&["run", "--run-id", "a1", "--job", "nightly", "--seal", "--archive-store", s, "--", "true"])
+        .ok();
+    assert!(store.join("nightly/a1.tar.zst").is_file());
+    assert!(store.join("nightly/a1.tar.zst.sha256").is_file());
+    let listed = env.run(&["archives", "--archive-store", s, "--json"]);
+    let v: Vec<serde_json::Value> = serde_json::from_str(&listed.ok().stdout).unwrap();
+    assert_eq!((v.len(), v[0]["job"].as_str(), v[0]["run"].as_str()), (1, Some("nightly"), Some("a1")));
+    env.run(&["verify", store.join("nightly/a1.tar.zst").to_str().unwrap()]).ok();
+
+    // Held: its seal found a secret and its quarantine failed (a file
+    // stands where the quarantine directory would be). The archive turns
+    // up in the store later.
+    std::fs::create_dir_all(store.join("blocked")).unwrap();
+    std::fs::write(store.join("blocked/quarantine"), "").unwrap();
+    let leak = format!("echo 'token {}' | runws put leak.txt", github_token());
+    env.run(&[
+        "run",
+        "--run-id",
+        "h1",
+        "--job",
+        "blocked",
+        "--seal",
+        "--archive-store",
+        s,
+        "--",
+        "sh",
+        "-c",
+        &leak,
+    ])
+    .code(81);
+    assert_eq!(env.manifest("h1")["held"], true);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok();
+    assert!(env.run_dir("h1").exists(), "held while the store lacks its archive");
+    std::fs::write(store.join("blocked/h1.tar.zst"), "sealed elsewhere").unwrap();
+    env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok().stdout_has("blocked/h1.tar.zst");
+    assert!(!env.run_dir("h1").exists());
+}
