@@ -293,8 +293,10 @@ under the run's own lease only.",
     /// Seal a finished run into a checksummed archive, after a secret scan
     #[command(
         long_about = "Pack the run's evidence (manifest.json, inputs/, outputs/, work/, logs/; home/ and \
-cache/ with --include) into DIR/<run_id>.tar.zst (default DIR: ROOT/archive/<job>), with a \
-sha256sum-style checksum file and a receipt beside it. Never packed: .env and .env.*, *.pem, \
+cache/ with --include) into DIR/<run_id>.tar.zst (default DIR: the archive store's <job>/, else \
+ROOT/archive/<job>), with a sha256sum-style checksum file and a receipt beside it. DIR may be \
+s3://BUCKET/PREFIX: the seal is made on this disk, then uploaded create-only (credentials from \
+the AWS environment or profile). Never packed: .env and .env.*, *.pem, \
 *id_rsa*, *id_ed25519*, kubeconfig, credentials.json, .netrc, .git-credentials, .ssh/, \
 .docker/config.json, .npmrc, .pypirc. Every packed byte is scanned for secrets in the same read. \
 When the scan finds something, or a budget, an I/O error or the deadline stops the seal, the same \
@@ -302,7 +304,7 @@ evidence is saved unscanned under DIR/quarantine/ instead, and runws exits 80; 8
 too. The scan looks inside gzip, zstd, tar and zip files; one it cannot look inside (over a \
 budget, corrupt, encrypted, or in a format it does not open) also sends the run to quarantine, \
 unless --allow-unscanned is given.",
-        after_help = "Examples:\n  runws seal last\n  runws seal 01a2... --to /backups/nightly --format gz"
+        after_help = "Examples:\n  runws seal last\n  runws seal 01a2... --to /backups/nightly --format gz\n  runws seal last --to s3://evidence/nightly"
     )]
     Seal {
         /// A run id, or `last`
@@ -365,14 +367,18 @@ exit 1 when the store holds none.",
     },
 
     /// Extract a verified archive safely into a new or empty directory
-    #[command(long_about = "Extract ARCHIVE (a regular file) into a private directory beside DIR, \
+    #[command(
+        long_about = "Extract ARCHIVE (a regular file, or s3://BUCKET/KEY: its .sha256 object is read \
+first and the archive downloaded under ROOT/uploads and checked before anything is extracted) into \
+a private directory beside DIR, \
 hashing it as it is read (once) and scanning every byte for secrets as it is written; DIR, which \
 must be new or empty, receives the whole of it in one rename, and only once the archive matched \
 ARCHIVE.sha256 and the extraction and the scan are complete (a mismatch is exit 4). Refused (and DIR left as it was): absolute names, `..`, names through a symlink, \
 links pointing outside DIR, duplicates, devices, fifos, setuid bits, more than --max-bytes of file \
 content or --max-files entries, and, for an archive from an ordinary location, any secret the scan \
 finds (exit 82). An archive whose path is under a `quarantine/` directory is restored whatever the \
-scan finds, and its findings are listed.")]
+scan finds, and its findings are listed."
+    )]
     Restore {
         /// The archive to restore, a file or s3://BUCKET/KEY (its .sha256 must lie beside it)
         archive: PathBuf,
