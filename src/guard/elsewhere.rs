@@ -118,7 +118,7 @@ pub(super) fn extract(
         {
             continue;
         }
-        let size = entry.header().size().map_err(bad)?;
+        let size = entry.size();
         if size != bytes {
             return Err(Error::Integrity {
                 path: std::path::PathBuf::from(format!("{url}!/outputs/{}.{run}", crate::shown::os(name))),
