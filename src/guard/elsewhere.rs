@@ -85,12 +85,16 @@ pub(super) fn source(
 
 /// Streams `outputs/<name>.<run>` out of the archive at `url` into a new
 /// temp file in `into`; returns its name, size and sha256. The archive is
-/// verified against its `.sha256` object before it is read.
+/// verified against its `.sha256` object before it is read. An entry whose
+/// size is not the `bytes` the fleet view recorded is refused before a
+/// byte of it is written: the archive may be anything, and a few bytes of
+/// it may decompress to more than the disk holds.
 pub(super) fn extract(
     root: &Root,
     url: &str,
     run: &str,
     name: &OsStr,
+    (sha256, bytes): (&str, u64),
     into: &Dir,
 ) -> Result<(String, u64, String)> {
     let most = crate::restore::fetch::compressed_most(crate::seal::DEFAULT_MAX_BYTES);
@@ -108,12 +112,21 @@ pub(super) fn extract(
     let mut archive = tar::Archive::new(decoded);
     let bad = |e: std::io::Error| Error::Other(format!("cannot read the archive `{url}`: {e}"));
     for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
+        let entry = entry.map_err(bad)?;
         if entry.header().entry_type() != tar::EntryType::Regular
             || entry.path_bytes().as_ref() != want.as_slice()
         {
             continue;
         }
+        let size = entry.size();
+        if size != bytes {
+            return Err(Error::Integrity {
+                path: std::path::PathBuf::from(format!("{url}!/outputs/{}.{run}", crate::shown::os(name))),
+                expected: sha256.to_string(),
+                found: format!("an entry of {size} bytes, where the fleet view records {bytes}"),
+            });
+        }
+        let mut entry = entry.take(bytes);
         let (tmp, mut f) = into.create_temp(name, 0o644)?;
         let copied = (|| -> std::io::Result<(u64, String)> {
             let mut hasher = Sha256::new();

@@ -288,7 +288,8 @@ impl Local {
         let inputs = self.run.sub("inputs")?;
         inputs.mkdir_if_missing(run, 0o755)?;
         let into = inputs.sub(run)?;
-        let (tmp, bytes, sha256) = super::elsewhere::extract(&self.run.root, &url, run, name, &into)?;
+        let (tmp, bytes, sha256) =
+            super::elsewhere::extract(&self.run.root, &url, run, name, (&expected, expected_bytes), &into)?;
         if sha256 != expected || bytes != expected_bytes {
             let _ = into.unlink(&tmp);
             let path = PathBuf::from(format!("{url}!/outputs/{}.{run}", shown::os(name)));

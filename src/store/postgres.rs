@@ -77,14 +77,16 @@ WHERE host = $1 AND run_id = $2 AND status IN ('running', 'stale')";
 
 /// Another host's running runs whose recorded lease ran out: `stale` in
 /// the view (their own host's reaper decides what they are). A lease that
-/// is not a timestamp of runws's form is never cast, so a forged record
-/// cannot fail the statement.
+/// is not a timestamp of runws's form is never read. None is ever cast: a
+/// forged one of that form that is no date (month 13, year 0) would fail
+/// the statement, and with it every host's marking; runws's form in UTC
+/// sorts as text, so its seconds are compared with now's as text.
 const MARK_STALE: &str = "
 UPDATE runws_runs_v1
 SET status = 'stale', record = jsonb_set(record, '{status}', '\"stale\"'), updated_at = now()
 WHERE status = 'running' AND host <> $1
-  AND (CASE WHEN record->>'lease_until' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?Z$'
-            THEN (record->>'lease_until')::timestamptz END) < now()
+  AND record->>'lease_until' ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?Z$'
+  AND left(record->>'lease_until', 19) < to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')
 RETURNING host, run_id";
 
 /// The fleet's runs, newest first, each filter applying when given. A run

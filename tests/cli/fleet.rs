@@ -328,7 +328,12 @@ fn reap_marks_other_hosts_runs_whose_heartbeat_stopped_stale_and_nothing_else() 
     plant(&url, &far, &format!("{j}-gone"), &j, "2020-01-01T00:00:00.000Z");
     plant(&url, &far, &format!("{j}-live"), &j, "2999-01-01T00:00:00.000Z");
     plant(&url, &far, &format!("{j}-forged"), &j, "'; DROP TABLE x; --");
+    // Of runws's form but no date: cast, it would fail the statement, and
+    // with it every host's marking.
+    plant(&url, &far, &format!("{j}-month13"), &j, "2024-13-45T00:00:00Z");
+    plant(&url, &far, &format!("{j}-year0"), &j, "0000-01-01T00:00:00Z");
     let out = env.run(&["--store", &url, "reap"]);
+    assert!(!out.stderr.contains("cannot mark"), "{}", out.stderr);
     out.ok().stderr_has(&format!("run {j}-gone on host {far}: its heartbeat stopped"));
     assert!(!out.stderr.contains(&format!("{j}-live")) && !out.stderr.contains(&format!("{j}-forged")));
     let runs = fleet_json(&env, &url, &["--job", &j]);

@@ -620,3 +620,87 @@ fn a_planted_uploads_symlink_is_never_followed() {
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
     assert!(s3.keys().is_empty());
 }
+
+/// A tar.zst holding `name` as a regular file of `size` zero bytes (a
+/// bomb: it compresses to almost nothing).
+fn zeros_archive(name: &str, size: u64) -> Vec<u8> {
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    {
+        let mut b = tar::Builder::new(&mut enc);
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, name, std::io::repeat(0).take(size)).unwrap();
+        b.finish().unwrap();
+    }
+    enc.finish().unwrap()
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn an_import_never_writes_more_than_the_fleet_view_says_the_output_holds() {
+    use sha2::Digest;
+    let Some(s3) = s3() else { return };
+    let Some(pg) = pg_url() else { return };
+    let (producer, consumer) = (Env::new(), Env::new());
+    let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
+    let (p, job) = (format!("bomb-{tag}"), format!("bomber-{tag}"));
+    let store = s3.url("fleet");
+    let made = s3
+        .cmd(
+            &producer,
+            &[
+                "--store",
+                &pg,
+                "run",
+                "--run-id",
+                &p,
+                "--job",
+                &job,
+                "--seal",
+                "--",
+                "sh",
+                "-c",
+                "echo payload | runws put data.txt",
+            ],
+        )
+        .env("RUNWS_ARCHIVE_STORE", &store)
+        .output()
+        .unwrap();
+    Out::from(made).ok();
+    // Whoever can write the bucket replaces the archive (and its checksum)
+    // with one whose output is 64 MiB of zeros; the fleet view says 8 bytes.
+    let key = format!("fleet/{job}/{p}.tar.zst");
+    let bomb = zeros_archive(&format!("outputs/data.txt.{p}"), 64 << 20);
+    let sum = sha2::Sha256::digest(&bomb).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    s3.put(&key, &bomb);
+    s3.put(&format!("{key}.sha256"), format!("{sum}  {p}.tar.zst\n").as_bytes());
+    // At most 8 MiB may be written by the import (512-byte blocks).
+    let import = "ulimit -f 16384; runws import \"$1\" data.txt";
+    let out = s3.run(
+        &consumer,
+        &[
+            "--store",
+            &pg,
+            "run",
+            "--run-id",
+            "c1",
+            "--allow-import",
+            &format!("job:{job}"),
+            "--pass",
+            "AWS_*",
+            "--",
+            "sh",
+            "-c",
+            import,
+            "sh",
+            &p,
+        ],
+    );
+    out.code(4);
+    let dir = consumer.run_dir("c1").join("inputs").join(&p);
+    let left: Vec<_> =
+        std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
