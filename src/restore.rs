@@ -298,23 +298,7 @@ fn expected_sha256(archive: &Path) -> Result<String> {
     if file.take(MAX_CHECKSUM_FILE).read_to_string(&mut text).is_err() {
         return Err(bad("is not text"));
     }
-    checksum_line(&text, name.as_encoded_bytes()).map_err(bad)
-}
-
-/// The digest of the first line of a checksum file, `<hex>  <name>` as
-/// `sha256sum` writes it, which must name `name`.
-pub(crate) fn checksum_line(text: &str, name: &[u8]) -> std::result::Result<String, &'static str> {
-    let line = text.lines().next().unwrap_or_default();
-    let shape = "does not hold `<sha256>  <name>`";
-    let (digest, rest) = line.split_at_checked(64).ok_or(shape)?;
-    if !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(shape);
-    }
-    let listed = rest.strip_prefix("  ").or_else(|| rest.strip_prefix(" *")).ok_or(shape)?;
-    if listed.as_bytes() != name {
-        return Err("names another file");
-    }
-    Ok(digest.to_ascii_lowercase())
+    crate::archive_store::checksum_line(&text, name.as_encoded_bytes()).map_err(bad)
 }
 
 fn check_sha256(archive: &Path, file: &File, expected: &str) -> Result<()> {

@@ -171,11 +171,65 @@ fn libc_s_ifreg() -> u32 {
 }
 
 /// A run's evidence in a store, by the precedence a manifest's records
-/// have: a sealed archive, then one in quarantine.
+/// have: a sealed archive, then one in quarantine. Only a whole seal
+/// counts: the archive, its receipt (which a seal places last, and never
+/// takes back), and its `.sha256`, naming it, whose digest the archive's
+/// bytes have. An object merely named after the run is not evidence.
 pub fn evidence(store: &Place, job: &str, run: &str) -> Result<Option<Listed>> {
     let found = list(store, true, Some(job))?;
-    let mine = found.into_iter().filter(|l| l.run == run);
-    Ok(mine.min_by_key(|l| l.quarantine))
+    let mut mine: Vec<Listed> = found.into_iter().filter(|l| l.run == run).collect();
+    mine.sort_by_key(|l| l.quarantine);
+    for l in mine {
+        if whole(store, &l)? {
+            return Ok(Some(l));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the listed archive is a whole seal (see [`evidence`]).
+fn whole(store: &Place, l: &Listed) -> Result<bool> {
+    let name_of = |a: &str| a.rsplit('/').next().unwrap_or_default().to_string();
+    let name = name_of(&l.archive);
+    let stem = stem(&name).unwrap_or_default().to_string();
+    let receipt = format!("{stem}.receipt.json");
+    let sum_name = format!("{name}.sha256");
+    match store {
+        Place::S3(_) => {
+            let (place, _) = S3Place::parse_object(&l.archive)?;
+            let bucket = Bucket::open(&place)?;
+            if bucket.head(&place.key(&receipt))?.is_none() {
+                return Ok(false);
+            }
+            let Some(text) = bucket.get_small(&place.key(&sum_name), 4096)? else { return Ok(false) };
+            let Ok(expected) = super::checksum_line(&String::from_utf8_lossy(&text), name.as_bytes()) else {
+                return Ok(false);
+            };
+            let (found, _) = bucket.get_hashed(&place.key(&name), None, u64::MAX)?;
+            Ok(found == expected)
+        }
+        Place::Local(_) => {
+            let path = Path::new(&l.archive);
+            let Some(dir) = path.parent() else { return Ok(false) };
+            let d = Dir::open(dir)?;
+            let regular = |n: &str| {
+                d.lstat(n).ok().flatten().is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifreg())
+            };
+            if !regular(&receipt) || !regular(&sum_name) || !regular(&name) {
+                return Ok(false);
+            }
+            let Some(mut sum) = d.open_read(&sum_name)? else { return Ok(false) };
+            let mut text = String::new();
+            if std::io::Read::read_to_string(&mut std::io::Read::take(&mut sum, 4096), &mut text).is_err() {
+                return Ok(false);
+            }
+            let Ok(expected) = super::checksum_line(&text, name.as_bytes()) else { return Ok(false) };
+            let Some(mut archive) = d.open_read(&name)? else { return Ok(false) };
+            let (_, found) = crate::fingerprint::hash_reader(&mut archive)
+                .map_err(|e| crate::error::Error::io("cannot read", path, e))?;
+            Ok(found == expected)
+        }
+    }
 }
 
 #[cfg(test)]

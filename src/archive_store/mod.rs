@@ -195,6 +195,22 @@ pub fn configured(arg: Option<&str>) -> Result<Option<Place>> {
     }
 }
 
+/// The digest of the first line of a checksum file, `<hex>  <name>` as
+/// `sha256sum` writes it, which must name `name`.
+pub fn checksum_line(text: &str, name: &[u8]) -> std::result::Result<String, &'static str> {
+    let line = text.lines().next().unwrap_or_default();
+    let shape = "does not hold `<sha256>  <name>`";
+    let (digest, rest) = line.split_at_checked(64).ok_or(shape)?;
+    if !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(shape);
+    }
+    let listed = rest.strip_prefix("  ").or_else(|| rest.strip_prefix(" *")).ok_or(shape)?;
+    if listed.as_bytes() != name {
+        return Err("names another file");
+    }
+    Ok(digest.to_ascii_lowercase())
+}
+
 /// The URL, when `archive` names an object in a bucket rather than a file.
 pub fn remote(archive: &Path) -> Option<&str> {
     archive.to_str().filter(|s| s.starts_with("s3://"))
@@ -260,15 +276,7 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(uploads: &Path) -> Result<Scratch> {
-        // Made and opened from its parent (ROOT), never through a symlink
-        // a plain run's command planted in its place.
-        let (Some(parent), Some(name)) = (uploads.parent(), uploads.file_name()) else {
-            return Err(Error::Usage(format!("`{}` is not a scratch directory", uploads.display())));
-        };
-        crate::fsx::create_private_dirs(parent).ctx("cannot create", parent)?;
-        let parent = Dir::open(parent)?;
-        parent.mkdir_if_missing(name, 0o700)?;
-        let dir = parent.sub(name)?;
+        let dir = open_uploads(uploads)?;
         sweep(&dir);
         loop {
             let name = uuid::Uuid::now_v7().to_string();
@@ -292,6 +300,38 @@ impl Drop for Scratch {
         let _ = self.uploads.remove_tree(&self.name);
         let _ = self.uploads.unlink(format!("{}.lock", self.name));
     }
+}
+
+/// `ROOT/uploads`, made and opened from its parent (ROOT), never through a
+/// symlink a plain run's command planted in its place.
+fn open_uploads(uploads: &Path) -> Result<Dir> {
+    let (Some(parent), Some(name)) = (uploads.parent(), uploads.file_name()) else {
+        return Err(Error::Usage(format!("`{}` is not a scratch directory", uploads.display())));
+    };
+    crate::fsx::create_private_dirs(parent).ctx("cannot create", parent)?;
+    let parent = Dir::open(parent)?;
+    parent.mkdir_if_missing(name, 0o700)?;
+    parent.sub(name)
+}
+
+/// An exclusive lock, held while it lives, on `.seal.lock` in the
+/// directory a seal packs (the run's, or the lane's): seals of one run
+/// take turns. It goes with the directory; a command that holds it only
+/// holds up the seal of its own run. Opened never through a symlink, and
+/// without blocking on a fifo.
+pub fn seal_mutex(src: &Path) -> Result<std::fs::File> {
+    let dir = Dir::open(src)?;
+    let name = ".seal.lock";
+    let file = match dir.create_new(name, 0o600) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir
+            .open_read(name)?
+            .ok_or_else(|| Error::Other(format!("`{}` is not a regular file", dir.join(name).display())))?,
+        Err(e) => return Err(Error::io("cannot create", dir.join(name), e)),
+    };
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Error::io("cannot lock", dir.join(name), e.into()))?;
+    Ok(file)
 }
 
 /// Removes the scratch directories of writers that died.

@@ -77,6 +77,29 @@ pub(super) fn source(
     if place.in_quarantine() {
         return Err(format!("run `{run}`'s archive is in quarantine; nothing is imported from there"));
     }
+    // Only from the archive store this run trusts: a row of the fleet view
+    // cannot send the import to a bucket its writer owns.
+    let trusted = match crate::archive_store::configured(None) {
+        Ok(Some(crate::archive_store::Place::S3(p))) => p,
+        _ => {
+            return Err(format!(
+                "run `{run}` ran on host {}; an import from another host reads only the archive store \
+                 {} names (an s3:// URL), which is not set here",
+                crate::shown::line(&rec.host),
+                crate::archive_store::ENV
+            ));
+        }
+    };
+    let inside = place.bucket == trusted.bucket
+        && (trusted.prefix.is_empty()
+            || place.prefix == trusted.prefix
+            || place.prefix.starts_with(&format!("{}/", trusted.prefix)));
+    if !inside {
+        return Err(format!(
+            "the archive the fleet view names for run `{run}` is not in the archive store `{}`",
+            trusted.url()
+        ));
+    }
     if file != format!("{run}.tar.zst") && file != format!("{run}.tar.gz") {
         return Err(format!("the archive the fleet view names for run `{run}` is not named after it"));
     }
@@ -105,6 +128,10 @@ pub(super) fn extract(
     } else {
         Box::new(zstd::stream::read::Decoder::new(file).ctx("cannot read", &fetched.archive)?)
     };
+    // What a seal packs with its default budgets, and a little for the
+    // headers: a stream that decompresses to more (a bomb ahead of the
+    // entry asked for) is given up, not read to its end.
+    let decoded = Capped { inner: decoded, left: crate::seal::DEFAULT_MAX_BYTES + (64 << 20) };
     let mut want = b"outputs/".to_vec();
     want.extend_from_slice(name.as_encoded_bytes());
     want.push(b'.');
@@ -157,4 +184,22 @@ pub(super) fn extract(
         "the archive `{url}` holds no output `{}` of run `{run}`",
         crate::shown::os(name)
     )))
+}
+
+/// A reader that fails once it has given `left` bytes.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Err(std::io::Error::other("it decompresses to more than a seal packs"));
+        }
+        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
 }

@@ -30,7 +30,7 @@ fn expected(bucket: &Bucket, url: &str, place: &S3Place, name: &str) -> Result<S
             Err(Error::Other(_)) => return Err(bad("is over 4096 bytes")),
             Err(e) => return Err(e),
         };
-    super::checksum_line(&text, name.as_bytes()).map_err(bad)
+    crate::archive_store::checksum_line(&text, name.as_bytes()).map_err(bad)
 }
 
 fn open(url: &str) -> Result<(Bucket, S3Place, String)> {

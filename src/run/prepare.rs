@@ -295,8 +295,12 @@ fn make(
         && req.isolation.shows_store()
     {
         // A plain run that says whose outputs it imports reaches the fleet
-        // view for a run of another host (an isolated one's runws does).
+        // view for a run of another host (an isolated one's runws does),
+        // and learns which archive store such an import may read.
         vars.push(("RUNWS_STORE", url.to_string()));
+        if let Ok(Some(crate::archive_store::Place::S3(store))) = crate::archive_store::configured(None) {
+            vars.push((crate::archive_store::ENV, store.url()));
+        }
     }
     if !vars.is_empty() {
         for (name, value) in vars {

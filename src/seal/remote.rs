@@ -37,6 +37,10 @@ pub fn seal(
 ) -> Result<Checkpoint> {
     let name = format!("{}.{}", target.stem, pack_opts.format.extension());
     let bucket = Bucket::open(place)?;
+    // One seal of a run at a time: a second waits, then finds the name
+    // taken (some servers let two create-only multipart uploads both
+    // complete).
+    let _one_at_a_time = crate::archive_store::seal_mutex(target.src)?;
     // Taken already: refused before anything is packed, as locally. A store
     // that does not answer is a failed seal, said in the checkpoint.
     match bucket.head(&place.key(&name)) {
@@ -206,14 +210,23 @@ fn upload(
                 }
             }
         });
-    if let Err(e) = rest {
-        // A seal is never reported on a partial result.
-        let _ = bucket.delete(&key);
-        // Not a usage error: the archive's own name was free.
-        return Err(match e {
-            Error::Usage(m) => Error::Other(m),
-            e => e,
-        });
+    match rest {
+        Ok(()) => {}
+        // Its checksum or receipt is there already: another seal of the
+        // same archive placed them, and the archive under this name may be
+        // that seal's (a server that lets two create-only uploads both
+        // succeed). Nothing is taken back: it may not be this seal's.
+        Err(Error::Usage(m)) => {
+            return Err(Error::Other(format!(
+                "{m}: another seal of `{}` raced this one",
+                place.object_url(name)
+            )));
+        }
+        Err(e) => {
+            // A seal is never reported on a partial result.
+            let _ = bucket.delete(&key);
+            return Err(e);
+        }
     }
     Ok((PathBuf::from(place.object_url(name)), PathBuf::from(place.object_url(&receipt_name))))
 }

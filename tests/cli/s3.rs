@@ -141,6 +141,11 @@ fn rand_hex(n: usize) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn token() -> String {
     format!("{}{}", "ghp_", rand_hex(18))
 }
@@ -403,9 +408,18 @@ fn the_reaper_counts_a_listed_archive_as_evidence_and_waits_out_an_outage() {
     assert!(env.run_dir("h1").exists());
     s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
     assert!(env.run_dir("h1").exists());
-    // Its archive reached the store all the same (say, runws died before
-    // recording it): an outage while listing keeps the run...
+    // An object merely named after it is no evidence: the archive needs
+    // its receipt and a `.sha256` its bytes match.
     s3.put("st/j/h1.tar.zst", b"sealed elsewhere");
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
+    assert!(env.run_dir("h1").exists(), "an archive alone is not a seal");
+    s3.put("st/j/h1.tar.zst.sha256", format!("{}  h1.tar.zst\n", "0".repeat(64)).as_bytes());
+    s3.put("st/j/h1.receipt.json", b"{}");
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
+    assert!(env.run_dir("h1").exists(), "an archive its .sha256 does not match is not a seal");
+    // Its whole seal reached the store all the same (say, runws died
+    // before recording it): an outage while listing keeps the run...
+    s3.put("st/j/h1.tar.zst.sha256", format!("{}  h1.tar.zst\n", sha256_hex(b"sealed elsewhere")).as_bytes());
     let out = Out::from(
         s3.cmd(&env, &["reap", "--keep", "1ms", "--archive-store", &store])
             .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
@@ -464,6 +478,10 @@ fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_flee
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let (p, job) = (format!("made-{tag}"), format!("maker-{tag}"));
     let store = s3.url("fleet");
+    // The consumer trusts one archive store; an import reads only there.
+    let consumer_run = |args: &[&str]| {
+        Out::from(s3.cmd(&consumer, args).env("RUNWS_ARCHIVE_STORE", &store).output().unwrap())
+    };
     // The producer runs under another ROOT (another host, as far as the
     // consumer's ROOT can tell), sealing into the archive store.
     let made = Out::from(
@@ -494,7 +512,80 @@ fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_flee
     // URL; the bucket's keys it is passed.
     let allow = format!("job:{job}");
     let plain_run = |id: &str, of: &str| {
-        s3.run(
+        consumer_run(&[
+            "--store",
+            &pg,
+            "run",
+            "--run-id",
+            id,
+            "--allow-import",
+            &allow,
+            "--pass",
+            "AWS_*",
+            "--",
+            "sh",
+            "-c",
+            import,
+            "sh",
+            of,
+        ])
+    };
+    plain_run("c1", &p).ok().stdout_has("payload");
+    let m = consumer.manifest("c1");
+    let input = m["inputs"].as_array().unwrap().iter().find(|i| i["from_run"] == p.as_str()).unwrap().clone();
+    assert_eq!(input["from_output"], "data.txt");
+    assert_eq!(input["sha256"], producer.manifest(&p)["outputs"][0]["sha256"]);
+    // Without an import list the command has no store URL: not found.
+    consumer_run(&[
+        "--store", &pg, "run", "--run-id", "c2", "--pass", "AWS_*", "--", "sh", "-c", import, "sh", &p,
+    ])
+    .code(125)
+    .stderr_has("no run");
+
+    // A sandboxed command reaches neither: runws imports for it, under its
+    // --allow-import list (a job of another host counts).
+    let sandboxed = consumer_run(&[
+        "--store",
+        &pg,
+        "run",
+        "--sandbox",
+        "--net",
+        "none",
+        "--run-id",
+        "c3",
+        "--allow-import",
+        &format!("job:{job}"),
+        "--",
+        "sh",
+        "-c",
+        import,
+        "sh",
+        &p,
+    ]);
+    sandboxed.ok().stdout_has("payload");
+    consumer_run(&[
+        "--store",
+        &pg,
+        "run",
+        "--sandbox",
+        "--net",
+        "none",
+        "--run-id",
+        "c4",
+        "--allow-import",
+        "job:other",
+        "--",
+        "sh",
+        "-c",
+        import,
+        "sh",
+        &p,
+    ])
+    .code(3);
+
+    // Without a trusted archive store, or with another one, nothing is read.
+    let untrusting = |id: &str, store: Option<&str>| {
+        let mut c = s3.cmd(
             &consumer,
             &[
                 "--store",
@@ -511,69 +602,17 @@ fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_flee
                 "-c",
                 import,
                 "sh",
-                of,
+                &p,
             ],
-        )
+        );
+        if let Some(st) = store {
+            c.env("RUNWS_ARCHIVE_STORE", st);
+        }
+        Out::from(c.output().unwrap())
     };
-    plain_run("c1", &p).ok().stdout_has("payload");
-    let m = consumer.manifest("c1");
-    let input = m["inputs"].as_array().unwrap().iter().find(|i| i["from_run"] == p.as_str()).unwrap().clone();
-    assert_eq!(input["from_output"], "data.txt");
-    assert_eq!(input["sha256"], producer.manifest(&p)["outputs"][0]["sha256"]);
-    // Without an import list the command has no store URL: not found.
-    s3.run(
-        &consumer,
-        &["--store", &pg, "run", "--run-id", "c2", "--pass", "AWS_*", "--", "sh", "-c", import, "sh", &p],
-    )
-    .code(125)
-    .stderr_has("no run");
-
-    // A sandboxed command reaches neither: runws imports for it, under its
-    // --allow-import list (a job of another host counts).
-    let sandboxed = s3.run(
-        &consumer,
-        &[
-            "--store",
-            &pg,
-            "run",
-            "--sandbox",
-            "--net",
-            "none",
-            "--run-id",
-            "c3",
-            "--allow-import",
-            &format!("job:{job}"),
-            "--",
-            "sh",
-            "-c",
-            import,
-            "sh",
-            &p,
-        ],
-    );
-    sandboxed.ok().stdout_has("payload");
-    s3.run(
-        &consumer,
-        &[
-            "--store",
-            &pg,
-            "run",
-            "--sandbox",
-            "--net",
-            "none",
-            "--run-id",
-            "c4",
-            "--allow-import",
-            "job:other",
-            "--",
-            "sh",
-            "-c",
-            import,
-            "sh",
-            &p,
-        ],
-    )
-    .code(3);
+    untrusting("c7", None).code(125).stderr_has("RUNWS_ARCHIVE_STORE");
+    untrusting("c8", Some(&s3.url("elsewhere"))).code(125).stderr_has("is not in the archive store");
+    untrusting("c9", Some(&s3.url("fle"))).code(125).stderr_has("is not in the archive store");
 
     // The fleet view's sha256 is the one the output must have.
     let tampered = serde_json::json!("0".repeat(64));
@@ -623,15 +662,24 @@ fn a_planted_uploads_symlink_is_never_followed() {
 
 /// A tar.zst holding `name` as a regular file of `size` zero bytes (a
 /// bomb: it compresses to almost nothing).
+#[cfg(feature = "postgres")]
 fn zeros_archive(name: &str, size: u64) -> Vec<u8> {
-    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    zeros_archive_of(&[(name, size)])
+}
+
+/// A tar.zst holding each (name, size) as a regular file of zero bytes.
+#[cfg(feature = "postgres")]
+fn zeros_archive_of(entries: &[(&str, u64)]) -> Vec<u8> {
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
     {
         let mut b = tar::Builder::new(&mut enc);
-        let mut h = tar::Header::new_gnu();
-        h.set_size(size);
-        h.set_mode(0o644);
-        h.set_entry_type(tar::EntryType::Regular);
-        b.append_data(&mut h, name, std::io::repeat(0).take(size)).unwrap();
+        for (name, size) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(*size);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            b.append_data(&mut h, name, std::io::repeat(0).take(*size)).unwrap();
+        }
         b.finish().unwrap();
     }
     enc.finish().unwrap()
@@ -647,6 +695,9 @@ fn an_import_never_writes_more_than_the_fleet_view_says_the_output_holds() {
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let (p, job) = (format!("bomb-{tag}"), format!("bomber-{tag}"));
     let store = s3.url("fleet");
+    let consumer_run = |args: &[&str]| {
+        Out::from(s3.cmd(&consumer, args).env("RUNWS_ARCHIVE_STORE", &store).output().unwrap())
+    };
     let made = s3
         .cmd(
             &producer,
@@ -678,29 +729,75 @@ fn an_import_never_writes_more_than_the_fleet_view_says_the_output_holds() {
     s3.put(&format!("{key}.sha256"), format!("{sum}  {p}.tar.zst\n").as_bytes());
     // At most 8 MiB may be written by the import (512-byte blocks).
     let import = "ulimit -f 16384; runws import \"$1\" data.txt";
-    let out = s3.run(
-        &consumer,
-        &[
-            "--store",
-            &pg,
-            "run",
-            "--run-id",
-            "c1",
-            "--allow-import",
-            &format!("job:{job}"),
-            "--pass",
-            "AWS_*",
-            "--",
-            "sh",
-            "-c",
-            import,
-            "sh",
-            &p,
-        ],
-    );
+    let out = consumer_run(&[
+        "--store",
+        &pg,
+        "run",
+        "--run-id",
+        "c1",
+        "--allow-import",
+        &format!("job:{job}"),
+        "--pass",
+        "AWS_*",
+        "--",
+        "sh",
+        "-c",
+        import,
+        "sh",
+        &p,
+    ]);
     out.code(4);
+    // A bomb ahead of the entry asked for is given up once it decompresses
+    // to more than a seal packs: not read to its end.
+    let ahead = zeros_archive_of(&[("outputs/pad", 400 << 20), (&format!("outputs/data.txt.{p}"), 8)]);
+    let sum = sha2::Sha256::digest(&ahead).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    s3.put(&key, &ahead);
+    s3.put(&format!("{key}.sha256"), format!("{sum}  {p}.tar.zst\n").as_bytes());
+    let out = consumer_run(&[
+        "--store",
+        &pg,
+        "run",
+        "--run-id",
+        "c2",
+        "--allow-import",
+        &format!("job:{job}"),
+        "--pass",
+        "AWS_*",
+        "--",
+        "sh",
+        "-c",
+        import,
+        "sh",
+        &p,
+    ]);
+    out.code(125).stderr_has("decompresses to more than a seal packs");
     let dir = consumer.run_dir("c1").join("inputs").join(&p);
     let left: Vec<_> =
         std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn two_seals_of_one_run_at_once_leave_one_whole_archive() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("big", "head -c 8000000 /dev/urandom > \"$RUNWS_DIR/outputs/blob\"").ok();
+    // In parts: a server may let two create-only multipart uploads both
+    // complete, and the seal that lost must not take the winner's archive.
+    for round in 0..3 {
+        let to = s3.url(&format!("p{round}"));
+        let start = || {
+            s3.cmd(&env, &["seal", "big", "--to", &to])
+                .env("RUNWS_S3_MULTIPART_FROM", "5MiB")
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start(), start());
+        let mut codes =
+            [a.wait_with_output().unwrap().status.code(), b.wait_with_output().unwrap().status.code()];
+        codes.sort();
+        assert_eq!(codes, [Some(0), Some(125)], "round {round}: one seal, one refusal");
+        let url = format!("{to}/big.tar.zst");
+        s3.run(&env, &["verify", &url]).ok();
+    }
 }

@@ -297,6 +297,14 @@ fn a_directory_serves_as_the_archive_store() {
     env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok();
     assert!(env.run_dir("h1").exists(), "held while the store lacks its archive");
     std::fs::write(store.join("blocked/h1.tar.zst"), "sealed elsewhere").unwrap();
+    env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok();
+    assert!(env.run_dir("h1").exists(), "an archive alone is not a whole seal");
+    let digest: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"sealed elsewhere").iter().map(|b| format!("{b:02x}")).collect()
+    };
+    std::fs::write(store.join("blocked/h1.tar.zst.sha256"), format!("{digest}  h1.tar.zst\n")).unwrap();
+    std::fs::write(store.join("blocked/h1.receipt.json"), "{}").unwrap();
     env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok().stdout_has("blocked/h1.tar.zst");
     assert!(!env.run_dir("h1").exists());
 }
