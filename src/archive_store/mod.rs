@@ -186,6 +186,16 @@ impl Place {
     }
 }
 
+/// Whether `place` holds an object (a file) named `name`; a store that
+/// does not answer says no, and the create-only write that follows says
+/// why.
+pub fn holds(place: &Place, name: &str) -> bool {
+    match place {
+        Place::Local(d) => d.join(name).symlink_metadata().is_ok(),
+        Place::S3(p) => Bucket::open(p).and_then(|b| b.head(&p.key(name))).is_ok_and(|h| h.is_some()),
+    }
+}
+
 /// The archive store the command line or the environment names, if any.
 pub fn configured(arg: Option<&str>) -> Result<Option<Place>> {
     let from_env = std::env::var(ENV).ok().filter(|s| !s.is_empty());

@@ -270,7 +270,12 @@ pub fn seal(lane: &Lane, store: Option<&crate::archive_store::Place>) -> Result<
     let dir = lane.root.kits();
     let mut stem = lane.name.clone();
     let mut n = 2;
-    while dir.join(format!("{stem}.tar.zst")).exists() {
+    // A name free here and, with an archive store, there too: a lane of
+    // the same name on another host may have stored its kit already.
+    let lanes_store = store.map(|s| s.for_job("lanes")).transpose()?;
+    while dir.join(format!("{stem}.tar.zst")).exists()
+        || lanes_store.as_ref().is_some_and(|p| crate::archive_store::holds(p, &format!("{stem}.tar.zst")))
+    {
         stem = format!("{}.{n}", lane.name);
         n += 1;
     }

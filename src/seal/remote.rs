@@ -199,15 +199,23 @@ fn upload(
     receipt_bytes.push(b'\n');
 
     let key = place.key(name);
-    bucket.put_file_new(&key, archive)?;
-    let rest =
-        bucket.put_new(&format!("{key}.sha256"), format!("{sha}  {name}\n").into_bytes()).and_then(|()| {
-            match bucket.put_new(&place.key(&receipt_name), receipt_bytes) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let _ = bucket.delete(&format!("{key}.sha256"));
-                    Err(e)
-                }
+    match bucket.put_file_new(&key, archive) {
+        Ok(()) => {}
+        // A write retried after its answer was lost finds its own object:
+        // the same bytes are this seal's archive.
+        Err(Error::Usage(m)) => {
+            if !bucket.get_hashed(&key, None, u64::MAX).is_ok_and(|(found, _)| found == sha) {
+                return Err(Error::Usage(m));
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    let rest = put_new_or_same(bucket, &format!("{key}.sha256"), format!("{sha}  {name}\n").into_bytes())
+        .and_then(|()| match put_new_or_same(bucket, &place.key(&receipt_name), receipt_bytes) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = bucket.delete(&format!("{key}.sha256"));
+                Err(e)
             }
         });
     match rest {
@@ -229,4 +237,16 @@ fn upload(
         }
     }
     Ok((PathBuf::from(place.object_url(name)), PathBuf::from(place.object_url(&receipt_name))))
+}
+
+/// Writes `bytes` as `key` create-only; an object already there with the
+/// same bytes is this write's own, retried after its answer was lost.
+fn put_new_or_same(bucket: &Bucket, key: &str, bytes: Vec<u8>) -> Result<()> {
+    match bucket.put_new(key, bytes.clone()) {
+        Err(Error::Usage(m)) => match bucket.get_small(key, bytes.len() + 1) {
+            Ok(Some(there)) if there == bytes => Ok(()),
+            _ => Err(Error::Usage(m)),
+        },
+        other => other,
+    }
 }

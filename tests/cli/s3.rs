@@ -449,18 +449,25 @@ fn a_lanes_kit_is_a_kit_only_once_its_copy_is_in_the_store() {
             .unwrap(),
     );
     down.code(125).stderr_has("onnection refused");
-    let local = env.root.join("archive/lanes").join(format!("{lane}.tar.zst"));
-    assert!(!local.exists(), "the local kit is taken back");
+    assert!(
+        !env.root.join("archive/lanes").join(format!("{lane}.tar.zst")).exists(),
+        "the local kit is taken back"
+    );
+    // A lane of the same name on another host stored its kit already: this
+    // one takes the next free name, here and there.
+    s3.put(&format!("kits/lanes/{lane}.tar.zst"), b"another host's kit");
     s3.run(&env, &["lane", "seal", &lane, "--archive-store", &store]).ok().stderr_has("stored as s3://");
+    let local = env.root.join("archive/lanes").join(format!("{lane}.2.tar.zst"));
     assert!(local.exists());
     let keys = s3.keys();
     for suffix in [".tar.zst", ".tar.zst.sha256", ".receipt.json"] {
-        assert!(keys.contains(&format!("kits/lanes/{lane}{suffix}")), "{keys:?}");
+        assert!(keys.contains(&format!("kits/lanes/{lane}.2{suffix}")), "{keys:?}");
     }
-    assert_eq!(s3.get(&format!("kits/lanes/{lane}.tar.zst")).unwrap(), std::fs::read(&local).unwrap());
+    assert_eq!(s3.get(&format!("kits/lanes/{lane}.2.tar.zst")).unwrap(), std::fs::read(&local).unwrap());
+    assert_eq!(s3.get(&format!("kits/lanes/{lane}.tar.zst")).unwrap(), b"another host's kit");
     let card: serde_json::Value =
         serde_json::from_str(&env.run(&["lane", "show", &lane, "--json"]).ok().stdout).unwrap();
-    assert_eq!(card["kit"]["stored"], format!("{store}/lanes/{lane}.tar.zst"));
+    assert_eq!(card["kit"]["stored"], format!("{store}/lanes/{lane}.2.tar.zst"));
 }
 
 /// The PostgreSQL store of the fleet view, when the tests have one.
@@ -789,6 +796,7 @@ fn two_seals_of_one_run_at_once_leave_one_whole_archive() {
         let start = || {
             s3.cmd(&env, &["seal", "big", "--to", &to])
                 .env("RUNWS_S3_MULTIPART_FROM", "5MiB")
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         };
