@@ -30,13 +30,19 @@ const MULTIPART_FROM_ENV: &str = "RUNWS_S3_MULTIPART_FROM";
 /// The size from which an archive goes in parts: `RUNWS_S3_MULTIPART_FROM`
 /// (a size, at least 5 MiB, S3's smallest part), else 256 MiB.
 fn multipart_from() -> Result<u64> {
-    match std::env::var(MULTIPART_FROM_ENV) {
-        Err(_) => Ok(SINGLE_PUT_MAX + 1),
-        Ok(v) => match crate::duration::parse_size(&v) {
-            Ok(n) if n >= 5 << 20 => Ok(n),
+    multipart_from_value(std::env::var(MULTIPART_FROM_ENV).ok().as_deref())
+}
+
+/// [`multipart_from`] for the variable's value. It only lowers the size: an
+/// archive read into memory whole is never larger than [`SINGLE_PUT_MAX`].
+fn multipart_from_value(v: Option<&str>) -> Result<u64> {
+    match v {
+        None => Ok(SINGLE_PUT_MAX + 1),
+        Some(v) => match crate::duration::parse_size(v) {
+            Ok(n) if (5 << 20..=SINGLE_PUT_MAX).contains(&n) => Ok(n),
             _ => Err(Error::Usage(format!(
-                "{MULTIPART_FROM_ENV}=`{}` is not a size of at least 5MiB",
-                crate::shown::line(&v)
+                "{MULTIPART_FROM_ENV}=`{}` is not a size from 5MiB to 256MiB",
+                crate::shown::line(v)
             ))),
         },
     }
@@ -345,4 +351,19 @@ fn explain(e: &object_store::Error) -> String {
         line.push('…');
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_multipart_size_can_only_be_lowered() {
+        assert_eq!(multipart_from_value(None).unwrap(), SINGLE_PUT_MAX + 1);
+        assert_eq!(multipart_from_value(Some("32MiB")).unwrap(), 32 << 20);
+        assert_eq!(multipart_from_value(Some("256MiB")).unwrap(), SINGLE_PUT_MAX);
+        for bad in ["4MiB", "257MiB", "10GiB", "x"] {
+            assert!(matches!(multipart_from_value(Some(bad)), Err(Error::Usage(_))), "{bad}");
+        }
+    }
 }
