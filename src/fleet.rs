@@ -67,13 +67,29 @@ pub struct Started {
 pub fn start(root: Root, url: String, run: FleetRun, ttl: Duration) -> Started {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let handle = std::thread::spawn(move || {
-        let mut conn = record(&root, &url, &run, None)?;
+        // A start the store could not take waits in the queue; the
+        // heartbeat then reconnects and sends the start itself (an upsert,
+        // so the queued copy changes nothing), so a run that outlives an
+        // outage is not left to look stale.
+        let mut conn = record(&root, &url, &run, None);
         let every = (ttl / 3).max(Duration::from_millis(10));
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
             let until = crate::manifest::format_time(std::time::SystemTime::now() + ttl);
-            let _ = conn.fleet_heartbeat(&run.host, &run.run_id, &until);
+            match conn.as_mut() {
+                Ok(c) => {
+                    let _ = c.fleet_heartbeat(&run.host, &run.run_id, &until);
+                }
+                Err(_) => {
+                    let again = FleetRun { lease_until: Some(until), ..run.clone() };
+                    if let Ok(mut s) = store::open_fleet(&url)
+                        && s.record_run(&again).is_ok()
+                    {
+                        conn = Ok(s);
+                    }
+                }
+            }
         }
-        Ok(conn)
+        conn
     });
     Started { handle, stop }
 }

@@ -326,10 +326,11 @@ fn open_uploads(uploads: &Path) -> Result<Dir> {
 
 /// An exclusive lock, held while it lives, on `.seal.lock` in the
 /// directory a seal packs (the run's, or the lane's): seals of one run
-/// take turns. It goes with the directory; a command that holds it only
-/// holds up the seal of its own run. Opened never through a symlink, and
-/// without blocking on a fifo.
-pub fn seal_mutex(src: &Path) -> Result<std::fs::File> {
+/// take turns. It goes with the directory. A plain run's command (or any
+/// process of the user) can hold it, so it is waited for only until
+/// `deadline`, the seal's: then the seal is refused, nothing attempted.
+/// Opened never through a symlink, and without blocking on a fifo.
+pub fn seal_mutex(src: &Path, deadline: Option<std::time::Instant>) -> Result<std::fs::File> {
     let dir = Dir::open(src)?;
     let name = ".seal.lock";
     let file = match dir.create_new(name, 0o600) {
@@ -339,9 +340,22 @@ pub fn seal_mutex(src: &Path) -> Result<std::fs::File> {
             .ok_or_else(|| Error::Other(format!("`{}` is not a regular file", dir.join(name).display())))?,
         Err(e) => return Err(Error::io("cannot create", dir.join(name), e)),
     };
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io("cannot lock", dir.join(name), e.into()))?;
-    Ok(file)
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => return Err(Error::io("cannot lock", dir.join(name), e.into())),
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() + pause >= d) {
+            return Err(Error::Other(format!(
+                "another process held `{}` (a seal of the same run) until the deadline; nothing was sealed",
+                dir.join(name).display()
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
+    }
 }
 
 /// Removes the scratch directories of writers that died.

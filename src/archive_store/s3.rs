@@ -70,9 +70,13 @@ impl Bucket {
         let _ = rustls::crypto::ring::default_provider().install_default();
         // Client options first: `with_allow_http` below lives among them.
         let mut b = AmazonS3Builder::from_env().with_bucket_name(&place.bucket).with_client_options(
+            // A transfer may take as long as the link needs (a 256 MiB PUT
+            // on a slow uplink), but a connection that stops moving for a
+            // minute is given up; an hour bounds any one request.
             ClientOptions::new()
                 .with_connect_timeout(Duration::from_secs(3))
-                .with_timeout(Duration::from_secs(120)),
+                .with_read_timeout(Duration::from_secs(60))
+                .with_timeout(Duration::from_secs(3600)),
         );
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let has_env_keys = env("AWS_ACCESS_KEY_ID").is_some() && env("AWS_SECRET_ACCESS_KEY").is_some();
@@ -188,15 +192,28 @@ impl Bucket {
                 self.store.put_multipart(&staging).await.map_err(|e| self.fail(&staging_key, "upload", e))?;
             let mut w = WriteMultipart::new_with_chunk_size(upload, PART);
             let mut buf = vec![0u8; PART];
+            let mut sent: Result<()> = Ok(());
             loop {
-                let n = read_full(&mut file, &mut buf).ctx("cannot read", path)?;
+                let n = match read_full(&mut file, &mut buf).ctx("cannot read", path) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        sent = Err(e);
+                        break;
+                    }
+                };
                 if n == 0 {
                     break;
                 }
-                w.wait_for_capacity(PARTS_IN_FLIGHT)
-                    .await
-                    .map_err(|e| self.fail(&staging_key, "upload", e))?;
+                if let Err(e) = w.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                    sent = Err(self.fail(&staging_key, "upload", e));
+                    break;
+                }
                 w.write(&buf[..n]);
+            }
+            // A failed upload is aborted, not left for a lifecycle rule.
+            if let Err(e) = sent {
+                let _ = w.abort().await;
+                return Err(e);
             }
             w.finish().await.map_err(|e| self.fail(&staging_key, "upload", e))?;
             let copied = self.store.copy_if_not_exists(&staging, &target).await;

@@ -232,11 +232,15 @@ impl Local {
             return Err(refuse("a run cannot import its own output; use `runws get`".into()));
         }
         let local = RunDir::open(&self.run.root, run);
+        let list = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m));
+        // The fleet view is asked only when its answer could allow the
+        // import: a run the list names, or any when it names jobs.
+        let may_ask = list.as_ref().is_none_or(|l| allowlist::names_run(l, run) || allowlist::has_jobs(l));
         let remote = match (&local, fleet.filter(|u| crate::fleet::keeps_fleet(Some(u)))) {
-            (Err(Error::NoSuchRun { .. }), Some(url)) => super::elsewhere::record(url, run)?,
+            (Err(Error::NoSuchRun { .. }), Some(url)) if may_ask => super::elsewhere::record(url, run)?,
             _ => None,
         };
-        if let Some(list) = allowed.map(<[String]>::to_vec).or_else(|| allowlist::recorded(&m)) {
+        if let Some(list) = list {
             let remote_job = remote.as_ref().filter(|r| r.status == "succeeded").map(|r| r.job.as_str());
             self.check_allowed(&list, run, name, remote_job)?;
         }

@@ -295,12 +295,14 @@ fn make(
         && req.isolation.shows_store()
     {
         // A plain run that says whose outputs it imports reaches the fleet
-        // view for a run of another host (an isolated one's runws does),
-        // and learns which archive store such an import may read.
+        // view for a run of another host (an isolated one's runws does).
         vars.push(("RUNWS_STORE", url.to_string()));
-        if let Ok(Some(crate::archive_store::Place::S3(store))) = crate::archive_store::configured(None) {
-            vars.push((crate::archive_store::ENV, store.url()));
-        }
+    }
+    // With the store, the archive store such an import may read.
+    if vars.iter().any(|(k, _)| *k == "RUNWS_STORE")
+        && let Ok(Some(crate::archive_store::Place::S3(store))) = crate::archive_store::configured(None)
+    {
+        vars.push((crate::archive_store::ENV, store.url()));
     }
     if !vars.is_empty() {
         for (name, value) in vars {

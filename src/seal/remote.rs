@@ -40,7 +40,7 @@ pub fn seal(
     // One seal of a run at a time: a second waits, then finds the name
     // taken (some servers let two create-only multipart uploads both
     // complete).
-    let _one_at_a_time = crate::archive_store::seal_mutex(target.src)?;
+    let _one_at_a_time = crate::archive_store::seal_mutex(target.src, pack_opts.deadline)?;
     // Taken already: refused before anything is packed, as locally. A store
     // that does not answer is a failed seal, said in the checkpoint.
     match bucket.head(&place.key(&name)) {
@@ -211,10 +211,13 @@ fn upload(
         Err(e) => return Err(e),
     }
     let rest = put_new_or_same(bucket, &format!("{key}.sha256"), format!("{sha}  {name}\n").into_bytes())
-        .and_then(|()| match put_new_or_same(bucket, &place.key(&receipt_name), receipt_bytes) {
-            Ok(()) => Ok(()),
+        .and_then(|created| match put_new_or_same(bucket, &place.key(&receipt_name), receipt_bytes) {
+            Ok(_) => Ok(()),
             Err(e) => {
-                let _ = bucket.delete(&format!("{key}.sha256"));
+                // Taken back only when this call wrote it.
+                if created {
+                    let _ = bucket.delete(&format!("{key}.sha256"));
+                }
                 Err(e)
             }
         });
@@ -240,13 +243,15 @@ fn upload(
 }
 
 /// Writes `bytes` as `key` create-only; an object already there with the
-/// same bytes is this write's own, retried after its answer was lost.
-fn put_new_or_same(bucket: &Bucket, key: &str, bytes: Vec<u8>) -> Result<()> {
+/// same bytes is this write's own, retried after its answer was lost (or a
+/// racing seal's same bytes). True when this call wrote it.
+fn put_new_or_same(bucket: &Bucket, key: &str, bytes: Vec<u8>) -> Result<bool> {
     match bucket.put_new(key, bytes.clone()) {
+        Ok(()) => Ok(true),
         Err(Error::Usage(m)) => match bucket.get_small(key, bytes.len() + 1) {
-            Ok(Some(there)) if there == bytes => Ok(()),
+            Ok(Some(there)) if there == bytes => Ok(false),
             _ => Err(Error::Usage(m)),
         },
-        other => other,
+        Err(e) => Err(e),
     }
 }

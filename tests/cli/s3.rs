@@ -413,13 +413,25 @@ fn the_reaper_counts_a_listed_archive_as_evidence_and_waits_out_an_outage() {
     s3.put("st/j/h1.tar.zst", b"sealed elsewhere");
     s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
     assert!(env.run_dir("h1").exists(), "an archive alone is not a seal");
-    s3.put("st/j/h1.tar.zst.sha256", format!("{}  h1.tar.zst\n", "0".repeat(64)).as_bytes());
-    s3.put("st/j/h1.receipt.json", b"{}");
+    let receipt = |sha: &str| {
+        serde_json::json!({"run_id": "h1", "archive": "h1.tar.zst", "archive_sha256": sha})
+            .to_string()
+            .into_bytes()
+    };
+    let zeros = "0".repeat(64);
+    s3.put("st/j/h1.tar.zst.sha256", format!("{zeros}  h1.tar.zst\n").as_bytes());
+    s3.put("st/j/h1.receipt.json", &receipt(&zeros));
     s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
     assert!(env.run_dir("h1").exists(), "an archive its .sha256 does not match is not a seal");
+    // A receipt that does not name this run, this archive and its digest.
+    let sha = sha256_hex(b"sealed elsewhere");
+    s3.put("st/j/h1.tar.zst.sha256", format!("{sha}  h1.tar.zst\n").as_bytes());
+    s3.put("st/j/h1.receipt.json", b"{}");
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok();
+    assert!(env.run_dir("h1").exists(), "a receipt naming nothing is not a seal's");
     // Its whole seal reached the store all the same (say, runws died
     // before recording it): an outage while listing keeps the run...
-    s3.put("st/j/h1.tar.zst.sha256", format!("{}  h1.tar.zst\n", sha256_hex(b"sealed elsewhere")).as_bytes());
+    s3.put("st/j/h1.receipt.json", &receipt(&sha));
     let out = Out::from(
         s3.cmd(&env, &["reap", "--keep", "1ms", "--archive-store", &store])
             .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
@@ -808,4 +820,25 @@ fn two_seals_of_one_run_at_once_leave_one_whole_archive() {
         let url = format!("{to}/big.tar.zst");
         s3.run(&env, &["verify", &url]).ok();
     }
+}
+
+#[test]
+fn a_held_seal_lock_stops_the_seal_at_its_deadline() {
+    let Some(s3) = s3() else { return };
+    let env = Env::new();
+    env.sh("r1", "true").ok();
+    // Any process of the user (a plain run's command among them) may hold
+    // the lock seals of a run take turns on.
+    let lock = env.run_dir("r1").join(".seal.lock");
+    let held = std::fs::File::create(&lock).unwrap();
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let started = Instant::now();
+    s3.run(&env, &["seal", "r1", "--to", &s3.url("p"), "--deadline", "1s"])
+        .code(125)
+        .stderr_has("until the deadline")
+        .one_line_error();
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(s3.keys().is_empty());
+    drop(held);
+    s3.run(&env, &["seal", "r1", "--to", &s3.url("p")]).ok();
 }

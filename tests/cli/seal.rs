@@ -305,6 +305,10 @@ fn a_directory_serves_as_the_archive_store() {
     };
     std::fs::write(store.join("blocked/h1.tar.zst.sha256"), format!("{digest}  h1.tar.zst\n")).unwrap();
     std::fs::write(store.join("blocked/h1.receipt.json"), "{}").unwrap();
+    env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok();
+    assert!(env.run_dir("h1").exists(), "a receipt that names nothing is not the run's");
+    let receipt = serde_json::json!({"run_id": "h1", "archive": "h1.tar.zst", "archive_sha256": digest});
+    std::fs::write(store.join("blocked/h1.receipt.json"), receipt.to_string()).unwrap();
     env.run(&["reap", "--keep", "1ms", "--archive-store", s]).ok().stdout_has("blocked/h1.tar.zst");
     assert!(!env.run_dir("h1").exists());
 }
