@@ -26,6 +26,11 @@ fn expected(bucket: &Bucket, url: &str, place: &S3Place, name: &str) -> Result<S
     let text =
         match bucket.get_small(&format!("{}.sha256", place.key(name)), super::MAX_CHECKSUM_FILE as usize) {
             Ok(Some(bytes)) => String::from_utf8(bytes).map_err(|_| bad("is not text"))?,
+            // No checksum and no archive (or no bucket): nothing to verify,
+            // which is not an integrity failure.
+            Ok(None) if bucket.head(&place.key(name)).is_ok_and(|h| h.is_none()) => {
+                return Err(Error::Usage(format!("no archive `{url}`: the store holds no such object")));
+            }
             Ok(None) => return Err(bad("is missing")),
             Err(Error::Other(_)) => return Err(bad("is over 4096 bytes")),
             Err(e) => return Err(e),

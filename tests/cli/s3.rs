@@ -236,7 +236,9 @@ fn a_wrong_checksum_object_refuses_verify_and_restore_and_leaves_dir_empty() {
     // A checksum naming another file, and none at all.
     s3.put("p/r1.tar.zst.sha256", format!("{}  other.tar.zst\n", "0".repeat(64)).as_bytes());
     s3.run(&env, &["restore", &url, "--to", dir.to_str().unwrap()]).code(4).stderr_has("names another file");
-    s3.run(&env, &["verify", &s3.url("p/none.tar.zst")]).code(4).stderr_has("is missing");
+    s3.run(&env, &["verify", &s3.url("p/none.tar.zst")]).code(125).stderr_has("no archive");
+    s3.put("p/lone.tar.zst", b"no checksum beside it");
+    s3.run(&env, &["verify", &s3.url("p/lone.tar.zst")]).code(4).stderr_has("is missing");
     assert!(!dir.exists());
     assert_eq!(std::fs::read_dir(env.root.join("uploads")).unwrap().count(), 0);
 }
