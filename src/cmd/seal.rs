@@ -94,6 +94,28 @@ pub fn seal(
     Ok(code)
 }
 
+/// `e` with a path under `local` (the downloaded archive, its checksum
+/// file) named from `url` instead.
+fn shown_as(e: Error, local: &Path, url: &Path) -> Error {
+    let swap = |p: std::path::PathBuf| match p.strip_prefix(local) {
+        Ok(rest) if rest.as_os_str().is_empty() => url.to_path_buf(),
+        _ => match p.to_str().zip(local.to_str()).and_then(|(p, l)| p.strip_prefix(l)) {
+            // `<archive>.sha256`
+            Some(suffix) => std::path::PathBuf::from(format!("{}{suffix}", url.display())),
+            None => p,
+        },
+    };
+    match e {
+        Error::Io { op, path, source } => Error::Io { op, path: swap(path), source },
+        Error::Integrity { path, expected, found } => Error::Integrity { path: swap(path), expected, found },
+        Error::ChecksumFile { path, why } => Error::ChecksumFile { path: swap(path), why },
+        Error::ArchiveFormat { path } => Error::ArchiveFormat { path: swap(path) },
+        Error::SpecialFile { path } => Error::SpecialFile { path: swap(path) },
+        Error::Symlink { path } => Error::Symlink { path: swap(path) },
+        other => other,
+    }
+}
+
 pub fn scan(paths: &[std::path::PathBuf], json: bool, rules: bool) -> anyhow::Result<u8> {
     if rules {
         let mut out = std::io::stdout().lock();
@@ -166,7 +188,11 @@ pub fn restore(
         None => None,
     };
     let local = fetched.as_ref().map_or(archive, |f| f.archive.as_path());
-    let staged = restore::stage(local, to, Some(&root), limits)?;
+    let staged = restore::stage(local, to, Some(&root), limits).map_err(|e| match &fetched {
+        // The downloaded copy is gone by now: the error names the URL.
+        Some(f) => shown_as(e, &f.archive, archive),
+        None => e,
+    })?;
     let findings = staged.report().findings.clone();
     let unscanned = staged.report().unscanned.clone();
     let print = |report: &restore::RestoreReport| -> std::io::Result<()> {

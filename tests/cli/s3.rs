@@ -237,6 +237,13 @@ fn a_wrong_checksum_object_refuses_verify_and_restore_and_leaves_dir_empty() {
     s3.put("p/r1.tar.zst.sha256", format!("{}  other.tar.zst\n", "0".repeat(64)).as_bytes());
     s3.run(&env, &["restore", &url, "--to", dir.to_str().unwrap()]).code(4).stderr_has("names another file");
     s3.run(&env, &["verify", &s3.url("p/none.tar.zst")]).code(125).stderr_has("no archive");
+    // An object that is no archive at all: the error names the URL.
+    let junk = b"not an archive at all";
+    s3.put("p/junk.tar.zst", junk);
+    s3.put("p/junk.tar.zst.sha256", format!("{}  junk.tar.zst\n", sha256_hex(junk)).as_bytes());
+    let out = s3.run(&env, &["restore", &s3.url("p/junk.tar.zst"), "--to", dir.to_str().unwrap()]);
+    out.code(125).stderr_has(&s3.url("p/junk.tar.zst")).one_line_error();
+    assert!(!out.stderr.contains("uploads"), "{}", out.stderr);
     s3.put("p/lone.tar.zst", b"no checksum beside it");
     s3.run(&env, &["verify", &s3.url("p/lone.tar.zst")]).code(4).stderr_has("is missing");
     assert!(!dir.exists());
