@@ -72,3 +72,25 @@ fn a_lean_build_refuses_a_postgres_store_naming_the_feature() {
         assert!(!sink.join("k").exists(), "a refused store still published");
     }
 }
+
+/// Built without the `s3` feature, runws refuses every `s3://` place in one
+/// line that names the feature, before anything is packed or read; a
+/// directory as the archive store still works.
+#[cfg(not(feature = "s3"))]
+#[test]
+fn a_lean_build_refuses_an_s3_archive_store_naming_the_feature() {
+    let env = Env::new();
+    env.run(&["run", "--run-id", "r1", "--", "true"]).ok();
+    for args in [
+        &["seal", "r1", "--to", "s3://bucket-one/p"][..],
+        &["seal", "r1", "--archive-store", "s3://bucket-one/p"][..],
+        &["verify", "s3://bucket-one/p/r1.tar.zst"][..],
+        &["archives", "--archive-store", "s3://bucket-one/p"][..],
+    ] {
+        env.run(args).code(125).one_line_error().stderr_has("`s3` cargo feature");
+    }
+    assert_eq!(env.manifest("r1")["checkpoint"], serde_json::Value::Null, "nothing recorded");
+    let dir = env.path("share");
+    env.run(&["seal", "r1", "--archive-store", dir.to_str().unwrap()]).ok();
+    assert!(dir.join("true/r1.tar.zst").is_file());
+}
