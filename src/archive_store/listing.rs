@@ -176,8 +176,45 @@ fn libc_s_ifreg() -> u32 {
 /// takes back), and its `.sha256`, naming it, whose digest the archive's
 /// bytes have. An object merely named after the run is not evidence.
 pub fn evidence(store: &Place, job: &str, run: &str) -> Result<Option<Listed>> {
-    let found = list(store, true, Some(job))?;
-    let mut mine: Vec<Listed> = found.into_iter().filter(|l| l.run == run).collect();
+    let mut mine: Vec<Listed> = match store.for_job(job)? {
+        // In a bucket: the run's own names are asked for, and only the
+        // job's quarantine is listed, not every archive of the job.
+        Place::S3(p) => {
+            let bucket = Bucket::open(&p)?;
+            let mut found = Vec::new();
+            for name in [format!("{run}.tar.zst"), format!("{run}.tar.gz")] {
+                if let Some(bytes) = bucket.head(&p.key(&name))? {
+                    let archive = p.object_url(&name);
+                    found.push(Listed {
+                        archive,
+                        job: Some(job.into()),
+                        run: run.into(),
+                        quarantine: false,
+                        bytes,
+                        modified: None,
+                    });
+                }
+            }
+            let q = p.join(QUARANTINE)?;
+            for o in bucket.list(&q.prefix)? {
+                let name = o.url.rsplit('/').next().unwrap_or_default();
+                let in_it = o.url == q.object_url(name);
+                if in_it && classify(&[QUARANTINE, name], false).is_some_and(|c| c.1 == run) {
+                    let run = run.to_string();
+                    found.push(Listed {
+                        archive: o.url.clone(),
+                        job: Some(job.into()),
+                        run,
+                        quarantine: true,
+                        bytes: o.bytes,
+                        modified: Some(o.modified),
+                    });
+                }
+            }
+            found
+        }
+        Place::Local(_) => list(store, true, Some(job))?.into_iter().filter(|l| l.run == run).collect(),
+    };
     mine.sort_by_key(|l| l.quarantine);
     for l in mine {
         if whole(store, &l, run)? {

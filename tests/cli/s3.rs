@@ -453,6 +453,27 @@ fn the_reaper_counts_a_listed_archive_as_evidence_and_waits_out_an_outage() {
     // ...and a store that answers lets it go, saying where its evidence is.
     s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store]).ok().stdout_has("st/j/h1.tar.zst");
     assert!(!env.run_dir("h1").exists());
+
+    // Evidence in the job's quarantine (a later one, `.1`) counts too.
+    env.run(&["run", "--run-id", "h2", "--job", "j", "--", "true"]).ok();
+    Out::from(
+        s3.cmd(&env, &["seal", "h2", "--archive-store", &store])
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .output()
+            .unwrap(),
+    )
+    .code(81);
+    let bytes = b"quarantined elsewhere";
+    let sha = sha256_hex(bytes);
+    s3.put("st/j/quarantine/h2.1.tar.zst", bytes);
+    s3.put("st/j/quarantine/h2.1.tar.zst.sha256", format!("{sha}  h2.1.tar.zst\n").as_bytes());
+    let receipt = serde_json::json!({"run_id": "h2", "archive": "h2.1.tar.zst", "archive_sha256": sha});
+    s3.put("st/j/quarantine/h2.1.receipt.json", receipt.to_string().as_bytes());
+    std::thread::sleep(Duration::from_millis(20));
+    s3.run(&env, &["reap", "--keep", "1ms", "--archive-store", &store])
+        .ok()
+        .stdout_has("st/j/quarantine/h2.1.tar.zst");
+    assert!(!env.run_dir("h2").exists());
 }
 
 #[test]
