@@ -37,6 +37,7 @@
 //! setgid or sticky bits, and is owned by whoever restores it.
 
 mod extract;
+pub(crate) use extract::Capped;
 mod feed;
 pub mod fetch;
 

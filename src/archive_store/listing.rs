@@ -29,7 +29,9 @@ pub struct Listed {
     pub modified: Option<String>,
 }
 
-fn stem(name: &str) -> Option<&str> {
+/// An archive's name without its `.tar.zst` or `.tar.gz`; `None` for a
+/// name that is not an archive's.
+pub fn stem(name: &str) -> Option<&str> {
     name.strip_suffix(".tar.zst").or_else(|| name.strip_suffix(".tar.gz")).filter(|s| !s.is_empty())
 }
 
@@ -227,7 +229,7 @@ pub fn evidence(store: &Place, job: &str, run: &str) -> Result<Option<Listed>> {
 /// The most bytes of an archive the reaper downloads to hash it: what a
 /// seal with its default budgets packs (256 MiB of content), with the
 /// compressor's and tar's overhead.
-const EVIDENCE_MOST: u64 = (256 << 20) + (32 << 20) + (64 << 20);
+const EVIDENCE_MOST: u64 = super::compressed_most(super::DEFAULT_SEAL_BYTES);
 
 /// The most bytes of a receipt read.
 const RECEIPT_MOST: usize = 1 << 20;

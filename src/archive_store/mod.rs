@@ -26,7 +26,7 @@ mod s3;
 
 use std::path::{Path, PathBuf};
 
-pub use listing::{evidence, list};
+pub use listing::{evidence, list, stem};
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsx::{Dir, Leftover};
@@ -221,6 +221,18 @@ pub fn checksum_line(text: &str, name: &[u8]) -> std::result::Result<String, &'s
     Ok(digest.to_ascii_lowercase())
 }
 
+/// The most compressed bytes of an archive of `max_bytes` of content
+/// that runws downloads or hashes: zstd and gzip add at most a small
+/// fraction to data they cannot compress, and tar a header per file.
+pub const fn compressed_most(max_bytes: u64) -> u64 {
+    max_bytes.saturating_add(max_bytes / 8).saturating_add(64 << 20)
+}
+
+/// What a seal packs at most with its default budgets (the seal's
+/// `DEFAULT_MAX_BYTES`, which a test holds equal): the most content of an
+/// archive read from a store without a `--max-bytes` of its own.
+pub const DEFAULT_SEAL_BYTES: u64 = 256 << 20;
+
 /// The URL, when `archive` names an object in a bucket rather than a file.
 pub fn remote(archive: &Path) -> Option<&str> {
     archive.to_str().filter(|s| s.starts_with("s3://"))
@@ -324,38 +336,25 @@ fn open_uploads(uploads: &Path) -> Result<Dir> {
     parent.sub(name)
 }
 
-/// An exclusive lock, held while it lives, on `.seal.lock` in the
+/// An exclusive lock, held while it lives, on the directory `.seal` in the
 /// directory a seal packs (the run's, or the lane's): seals of one run
 /// take turns. It goes with the directory. A plain run's command (or any
 /// process of the user) can hold it, so it is waited for only until
 /// `deadline`, the seal's: then the seal is refused, nothing attempted.
-/// Opened never through a symlink, and without blocking on a fifo.
-pub fn seal_mutex(src: &Path, deadline: Option<std::time::Instant>) -> Result<std::fs::File> {
+/// Made and opened never through a symlink.
+pub fn seal_mutex(src: &Path, deadline: Option<std::time::Instant>) -> Result<crate::fsx::DirLock> {
     let dir = Dir::open(src)?;
-    let name = ".seal.lock";
-    let file = match dir.create_new(name, 0o600) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir
-            .open_read(name)?
-            .ok_or_else(|| Error::Other(format!("`{}` is not a regular file", dir.join(name).display())))?,
-        Err(e) => return Err(Error::io("cannot create", dir.join(name), e)),
-    };
-    let mut pause = std::time::Duration::from_millis(5);
-    loop {
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(file),
-            Err(rustix::io::Errno::WOULDBLOCK) => {}
-            Err(e) => return Err(Error::io("cannot lock", dir.join(name), e.into())),
-        }
-        if deadline.is_some_and(|d| std::time::Instant::now() + pause >= d) {
-            return Err(Error::Other(format!(
-                "another process held `{}` (a seal of the same run) until the deadline; nothing was sealed",
-                dir.join(name).display()
-            )));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_millis(200));
-    }
+    dir.mkdir_if_missing(".seal", 0o700)?;
+    let lock = dir.sub(".seal")?;
+    let wait = deadline.map_or(std::time::Duration::from_secs(24 * 3600), |d| {
+        d.saturating_duration_since(std::time::Instant::now())
+    });
+    lock.lock_within(wait)?.ok_or_else(|| {
+        Error::Other(format!(
+            "another process held `{}` (a seal of the same run) until the deadline; nothing was sealed",
+            lock.path().display()
+        ))
+    })
 }
 
 /// Removes the scratch directories of writers that died.

@@ -183,7 +183,7 @@ pub fn restore(
         Some(url) => Some(restore::fetch::fetch(
             url,
             &root.uploads(),
-            restore::fetch::compressed_most(limits.max_bytes),
+            crate::archive_store::compressed_most(limits.max_bytes),
         )?),
         None => None,
     };

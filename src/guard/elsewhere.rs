@@ -120,7 +120,7 @@ pub(super) fn extract(
     (sha256, bytes): (&str, u64),
     into: &Dir,
 ) -> Result<(String, u64, String)> {
-    let most = crate::restore::fetch::compressed_most(crate::seal::DEFAULT_MAX_BYTES);
+    let most = crate::archive_store::compressed_most(crate::seal::DEFAULT_MAX_BYTES);
     let fetched = crate::restore::fetch::fetch(url, &root.uploads(), most)?;
     let file = File::open(&fetched.archive).ctx("cannot open", &fetched.archive)?;
     let decoded: Box<dyn Read> = if url.ends_with(".tar.gz") {
@@ -131,7 +131,7 @@ pub(super) fn extract(
     // What a seal packs with its default budgets, and a little for the
     // headers: a stream that decompresses to more (a bomb ahead of the
     // entry asked for) is given up, not read to its end.
-    let decoded = Capped { inner: decoded, left: crate::seal::DEFAULT_MAX_BYTES + (64 << 20) };
+    let decoded = crate::restore::Capped::at_most(decoded, crate::seal::DEFAULT_MAX_BYTES + (64 << 20));
     let mut want = b"outputs/".to_vec();
     want.extend_from_slice(name.as_encoded_bytes());
     want.push(b'.');
@@ -184,22 +184,4 @@ pub(super) fn extract(
         "the archive `{url}` holds no output `{}` of run `{run}`",
         crate::shown::os(name)
     )))
-}
-
-/// A reader that fails once it has given `left` bytes.
-struct Capped<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for Capped<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.left == 0 {
-            return Err(std::io::Error::other("it decompresses to more than a seal packs"));
-        }
-        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..want])?;
-        self.left -= n as u64;
-        Ok(n)
-    }
 }

@@ -130,9 +130,23 @@ impl Cap {
 /// small compressed archive can expand to any size, and before it yields an
 /// entry tar reads that entry's long names and extended headers into memory
 /// whole, however large their headers say they are.
-struct Capped<R> {
+pub(crate) struct Capped<R> {
     inner: R,
     cap: Rc<Cap>,
+}
+
+impl<R> Capped<R> {
+    /// `inner` cut off past `limit` bytes, whatever it holds: for a reader
+    /// of one entry, which sets no allowance per entry.
+    pub(crate) fn at_most(inner: R, limit: u64) -> Capped<R> {
+        let cap = Cap {
+            read: Cell::new(0),
+            limit: Cell::new(limit),
+            allowance: Cell::new(0),
+            passed: Cell::new(false),
+        };
+        Capped { inner, cap: Rc::new(cap) }
+    }
 }
 
 impl<R: Read> Read for Capped<R> {

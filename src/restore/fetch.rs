@@ -85,10 +85,3 @@ pub fn fetch(url: &str, uploads: &Path, max: u64) -> Result<Fetched> {
         .ctx("cannot write", dir.join(format!("{name}.sha256")))?;
     Ok(Fetched { archive, _scratch: scratch })
 }
-
-/// The most compressed bytes a restore downloads for `max_bytes` of
-/// content: zstd and gzip add at most a small fraction to data they cannot
-/// compress, and tar a header per file.
-pub fn compressed_most(max_bytes: u64) -> u64 {
-    max_bytes.saturating_add(max_bytes / 8).saturating_add(64 << 20)
-}

@@ -333,7 +333,7 @@ fn scanner_rules() -> usize {
 
 fn receipt_path(archive: &Path) -> PathBuf {
     let name = archive.file_name().and_then(|n| n.to_str()).unwrap_or("archive");
-    let stem = name.strip_suffix(".tar.zst").or_else(|| name.strip_suffix(".tar.gz")).unwrap_or(name);
+    let stem = crate::archive_store::stem(name).unwrap_or(name);
     archive.with_file_name(format!("{stem}.receipt.json"))
 }
 

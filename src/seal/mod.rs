@@ -35,6 +35,11 @@ pub const DEFAULT_FORMAT_SHOWN: &str = "zst";
 #[cfg(test)]
 mod tests {
     #[test]
+    fn the_archive_stores_default_is_the_seals() {
+        assert_eq!(crate::archive_store::DEFAULT_SEAL_BYTES, super::DEFAULT_MAX_BYTES);
+    }
+
+    #[test]
     fn the_shown_default_is_the_default() {
         assert_eq!(crate::duration::parse_size(super::DEFAULT_MAX_BYTES_SHOWN), Ok(super::DEFAULT_MAX_BYTES));
     }

@@ -185,7 +185,7 @@ fn upload(
     receipt: &Path,
     quarantined: Option<&str>,
 ) -> Result<(PathBuf, PathBuf)> {
-    let stem = name.strip_suffix(".tar.zst").or_else(|| name.strip_suffix(".tar.gz")).unwrap_or(name);
+    let stem = crate::archive_store::stem(name).unwrap_or(name);
     let receipt_name = format!("{stem}.receipt.json");
     let mut fields: serde_json::Value =
         serde_json::from_slice(&std::fs::read(receipt).ctx("cannot read", receipt)?)

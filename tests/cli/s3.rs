@@ -512,6 +512,35 @@ fn a_lanes_kit_is_a_kit_only_once_its_copy_is_in_the_store() {
     assert_eq!(card["kit"]["stored"], format!("{store}/lanes/{lane}.2.tar.zst"));
 }
 
+/// A producer run under its own ROOT (another host, as far as a consumer's
+/// ROOT can tell), putting `payload` as data.txt and sealing into the
+/// archive store `store`.
+#[cfg(feature = "postgres")]
+fn produce(s3: &S3, env: &Env, pg: &str, run: &str, job: &str, store: &str) {
+    let args = [
+        "--store",
+        pg,
+        "run",
+        "--run-id",
+        run,
+        "--job",
+        job,
+        "--seal",
+        "--",
+        "sh",
+        "-c",
+        "echo payload | runws put data.txt",
+    ];
+    Out::from(s3.cmd(env, &args).env("RUNWS_ARCHIVE_STORE", store).output().unwrap()).ok();
+}
+
+/// `runws ARGS` where RUNWS_ARCHIVE_STORE names `store`: the one archive
+/// store an import of another host's run reads.
+#[cfg(feature = "postgres")]
+fn trusting(s3: &S3, env: &Env, store: &str, args: &[&str]) -> Out {
+    Out::from(s3.cmd(env, args).env("RUNWS_ARCHIVE_STORE", store).output().unwrap())
+}
+
 /// The PostgreSQL store of the fleet view, when the tests have one.
 #[cfg(feature = "postgres")]
 fn pg_url() -> Option<String> {
@@ -528,34 +557,10 @@ fn import_takes_another_hosts_output_from_the_archive_store_verified_by_the_flee
     let (p, job) = (format!("made-{tag}"), format!("maker-{tag}"));
     let store = s3.url("fleet");
     // The consumer trusts one archive store; an import reads only there.
-    let consumer_run = |args: &[&str]| {
-        Out::from(s3.cmd(&consumer, args).env("RUNWS_ARCHIVE_STORE", &store).output().unwrap())
-    };
+    let consumer_run = |args: &[&str]| trusting(&s3, &consumer, &store, args);
     // The producer runs under another ROOT (another host, as far as the
     // consumer's ROOT can tell), sealing into the archive store.
-    let made = Out::from(
-        s3.cmd(
-            &producer,
-            &[
-                "--store",
-                &pg,
-                "run",
-                "--run-id",
-                &p,
-                "--job",
-                &job,
-                "--seal",
-                "--",
-                "sh",
-                "-c",
-                "echo payload | runws put data.txt",
-            ],
-        )
-        .env("RUNWS_ARCHIVE_STORE", &store)
-        .output()
-        .unwrap(),
-    );
-    made.ok();
+    produce(&s3, &producer, &pg, &p, &job, &store);
     let import = "runws import \"$1\" data.txt && cat \"$RUNWS_DIR/inputs/$1/data.txt\"";
     // A plain run that names whose outputs it imports is given the store's
     // URL; the bucket's keys it is passed.
@@ -744,31 +749,8 @@ fn an_import_never_writes_more_than_the_fleet_view_says_the_output_holds() {
     let tag = &uuid::Uuid::now_v7().simple().to_string()[20..];
     let (p, job) = (format!("bomb-{tag}"), format!("bomber-{tag}"));
     let store = s3.url("fleet");
-    let consumer_run = |args: &[&str]| {
-        Out::from(s3.cmd(&consumer, args).env("RUNWS_ARCHIVE_STORE", &store).output().unwrap())
-    };
-    let made = s3
-        .cmd(
-            &producer,
-            &[
-                "--store",
-                &pg,
-                "run",
-                "--run-id",
-                &p,
-                "--job",
-                &job,
-                "--seal",
-                "--",
-                "sh",
-                "-c",
-                "echo payload | runws put data.txt",
-            ],
-        )
-        .env("RUNWS_ARCHIVE_STORE", &store)
-        .output()
-        .unwrap();
-    Out::from(made).ok();
+    let consumer_run = |args: &[&str]| trusting(&s3, &consumer, &store, args);
+    produce(&s3, &producer, &pg, &p, &job, &store);
     // Whoever can write the bucket replaces the archive (and its checksum)
     // with one whose output is 64 MiB of zeros; the fleet view says 8 bytes.
     let key = format!("fleet/{job}/{p}.tar.zst");
@@ -819,7 +801,7 @@ fn an_import_never_writes_more_than_the_fleet_view_says_the_output_holds() {
         "sh",
         &p,
     ]);
-    out.code(125).stderr_has("decompresses to more than a seal packs");
+    out.code(125).stderr_has("runs past its budget");
     let dir = consumer.run_dir("c1").join("inputs").join(&p);
     let left: Vec<_> =
         std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
@@ -859,8 +841,9 @@ fn a_held_seal_lock_stops_the_seal_at_its_deadline() {
     env.sh("r1", "true").ok();
     // Any process of the user (a plain run's command among them) may hold
     // the lock seals of a run take turns on.
-    let lock = env.run_dir("r1").join(".seal.lock");
-    let held = std::fs::File::create(&lock).unwrap();
+    let lock = env.run_dir("r1").join(".seal");
+    std::fs::create_dir(&lock).unwrap();
+    let held = std::fs::File::open(&lock).unwrap();
     rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let started = Instant::now();
     s3.run(&env, &["seal", "r1", "--to", &s3.url("p"), "--deadline", "1s"])
