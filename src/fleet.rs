@@ -102,13 +102,22 @@ pub fn mark_stale(url: &str) -> Result<Vec<(String, String)>> {
     s.fleet_mark_stale(&crate::procinfo::hostname())
 }
 
-/// After a seal: the run's record again, now naming its archive, when
-/// `url` keeps a fleet view (queued when the store cannot take it).
-pub fn resend_sealed(url: Option<&str>, run: &crate::workspace::RunDir) {
+/// After a seal: the run's record names `archive`, when `url` keeps a
+/// fleet view. Only that field is written, from the seal's own result: the
+/// rest of the record stays as runws sent it at the run's end, whatever
+/// the manifest says now. When the view holds no record of the run yet
+/// (its end still waits in the queue), the record is made from the
+/// manifest the seal has just checked and updated, and sent or queued.
+pub fn note_archive(url: Option<&str>, run: &crate::workspace::RunDir, archive: &Path) {
     let Some(url) = url.filter(|u| keeps_fleet(Some(u))) else { return };
+    let host = crate::procinfo::hostname();
+    let set = store::open_fleet(url)
+        .and_then(|mut s| s.fleet_set_archive(&host, &run.id, &archive.display().to_string()));
+    if let Ok(true) = set {
+        return;
+    }
     let Ok(m) = crate::manifest::read(&run.dir) else { return };
-    let root = &run.root;
-    let _ = record(root, url, &run_of(&m, root.path()), None);
+    let _ = record(&run.root, url, &run_of(&m, run.root.path()), None);
 }
 
 /// A connection to the fleet's store, kept from a run's start to its end.

@@ -30,7 +30,9 @@ pub fn options(a: &SealArgs) -> crate::error::Result<SealOptions> {
 /// With a PostgreSQL store the fleet view learns where the archive went.
 pub fn seal_run(run: &RunDir, opts: &SealOptions, store: Option<&str>) -> anyhow::Result<u8> {
     let cp = checkpoint::seal(run, opts)?;
-    crate::fleet::resend_sealed(store, run);
+    if let Some(archive) = &cp.archive {
+        crate::fleet::note_archive(store, run, archive);
+    }
     Ok(report(&run.id, &cp))
 }
 
@@ -80,7 +82,9 @@ pub fn seal(
         return seal_run(&rd, &options(args)?, store);
     }
     let cp = checkpoint::seal(&rd, &options(args)?)?;
-    crate::fleet::resend_sealed(store, &rd);
+    if let Some(archive) = &cp.archive {
+        crate::fleet::note_archive(store, &rd, archive);
+    }
     let code = report(&rd.id, &cp);
     let mut object = serde_json::Map::new();
     object.insert("run_id".into(), rd.id.clone().into());

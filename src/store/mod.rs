@@ -117,6 +117,11 @@ pub trait Store: Send {
     fn fleet_runs(&mut self, _q: &FleetQuery) -> Result<Vec<FleetRun>> {
         Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
     }
+    /// Names `archive` as where the run's evidence went, in its record;
+    /// false when the view holds no record of that run.
+    fn fleet_set_archive(&mut self, _host: &str, _run_id: &str, _archive: &str) -> Result<bool> {
+        Err(Error::Usage(FLEET_NEEDS_POSTGRES.into()))
+    }
     /// A running run's heartbeat: its record's lease now lasts until
     /// `lease_until` (a run marked stale meanwhile is running again).
     fn fleet_heartbeat(&mut self, _host: &str, _run_id: &str, _lease_until: &str) -> Result<()> {

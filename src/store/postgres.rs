@@ -66,6 +66,14 @@ ON CONFLICT (host, run_id) DO UPDATE
         record = EXCLUDED.record, updated_at = now()
     WHERE r.status = 'running' OR EXCLUDED.status <> 'running'";
 
+/// Where a run's evidence went, set in its record alone: nothing else of
+/// the record is sent again.
+const SET_ARCHIVE: &str = "
+UPDATE runws_runs_v1
+SET record = jsonb_set(record, '{archive}', to_jsonb($3::text)), updated_at = now()
+WHERE host = $1 AND run_id = $2
+RETURNING 1";
+
 /// A running run's heartbeat: its lease, and `running` again if another
 /// host's reaper thought it stale. An ended record is never touched.
 const HEARTBEAT: &str = "
@@ -440,6 +448,11 @@ impl Store for PgStore {
             &[&run.host, &run.run_id, &run.job, &run.status, &run.started_at, &record],
         )?;
         Ok(())
+    }
+
+    fn fleet_set_archive(&mut self, host: &str, run_id: &str, archive: &str) -> Result<bool> {
+        let rows = self.query("name a run's archive", SET_ARCHIVE, &[&host, &run_id, &archive])?;
+        Ok(!rows.is_empty())
     }
 
     fn fleet_heartbeat(&mut self, host: &str, run_id: &str, lease_until: &str) -> Result<()> {

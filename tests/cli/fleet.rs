@@ -404,3 +404,25 @@ fn a_running_runs_heartbeat_keeps_it_live_and_revives_a_stale_mark() {
     assert_eq!(r["status"], "succeeded");
     assert!(r.get("lease_until").is_none(), "an ended record holds no lease: {r}");
 }
+
+/// A run's command may leave a process that rewrites manifest.json after
+/// runws recorded the end (outside a sandbox nothing stops it). A seal
+/// after that names the archive in the fleet view and changes nothing else
+/// of what runws sent: the run stays failed there.
+#[test]
+fn a_seal_after_a_rewritten_manifest_changes_only_the_archive_in_the_view() {
+    let Some(url) = pg() else { return };
+    let env = Env::new();
+    let j = job("rewritten");
+    let id = format!("{j}-1");
+    env.run(&["--store", &url, "run", "--run-id", &id, "--job", &j, "--", "sh", "-c", "exit 3"]).code(3);
+    let path = env.run_dir(&id).join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["status"] = "succeeded".into();
+    m["exit_code"] = 0.into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    env.run(&["--store", &url, "seal", &id]).ok();
+    let r = fleet_json(&env, &url, &["--job", &j]).remove(0);
+    assert_eq!((r["status"].as_str(), r["exit_code"].as_i64()), (Some("failed"), Some(3)), "{r}");
+    assert!(r["archive"].as_str().is_some_and(|a| a.ends_with(&format!("{id}.tar.zst"))), "{r}");
+}
