@@ -14,6 +14,7 @@ mod child;
 mod cli;
 pub mod cmd;
 mod duration;
+mod egress;
 mod envbuild;
 pub mod error;
 pub mod exit;

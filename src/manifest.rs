@@ -28,6 +28,7 @@ use crate::fsx::{Dir, DirLock, Reserved};
 use crate::osname::OsName;
 use crate::workspace::{FINAL_TEMP, MANIFEST};
 
+pub mod net;
 mod owned;
 mod records;
 pub mod sandbox;
@@ -247,6 +248,10 @@ pub struct Manifest {
     /// What runws put back over the command's edits, the latest last.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub restored: Option<Vec<RestoredRecord>>,
+    /// The network policy of `--net allow` or `audit --net`, and what
+    /// went through its proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
+    pub net: Option<net::NetRecord>,
     /// The isolation of `run --sandbox` or `audit`.
     #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "records::as_written")]
     pub sandbox: Option<sandbox::SandboxRecord>,

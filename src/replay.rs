@@ -312,7 +312,10 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
             m.run_id
         )));
     }
-    let isolation = opts.sandbox.or_else(|| recorded_isolation(m));
+    let isolation = match opts.sandbox {
+        Some(s) => Some(s),
+        None => recorded_isolation(m)?,
+    };
     if let Some(opts) = isolation {
         req.isolation = Box::new(Isolated::new(opts));
     }
@@ -327,8 +330,22 @@ pub fn request(o: &Original, opts: Options, root: Option<PathBuf>, store: Option
 
 /// The original's isolation, as its record says: a sandboxed run is
 /// replayed in the same sandbox, an audited one under audit.
-fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
-    let s = m.sandbox.as_ref()?;
+/// A run whose network went through a proxy is replayed under the policy
+/// it recorded, read back as strictly as the command line.
+fn recorded_isolation(m: &Manifest) -> Result<Option<sandbox::Options>, Error> {
+    let Some(s) = m.sandbox.as_ref() else { return Ok(None) };
+    let egress = match (s.net, &m.net) {
+        (sandbox::Net::Allow, Some(rec)) => Some(crate::egress::from_record(rec).map_err(|e| {
+            Error::Usage(format!("run `{}` recorded a network policy runws cannot use: {e}", m.run_id))
+        })?),
+        (sandbox::Net::Allow, None) => {
+            return Err(Error::Usage(format!(
+                "run `{}` ran behind a network policy it did not record",
+                m.run_id
+            )));
+        }
+        _ => None,
+    };
     // `--rw`, `--ro` and `--hide` as given: a relative one was found from
     // where the original was started, and is found from there again.
     let from = Path::new(&m.invoked_from);
@@ -340,11 +357,12 @@ fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
             })
             .collect::<Vec<_>>()
     };
-    Some(match s.kind {
+    Ok(Some(match s.kind {
         Kind::Sandbox => sandbox::Options {
             kind: Kind::Sandbox,
             try_mode: s.mode == "try",
             net: s.net,
+            egress: egress.clone(),
             rw: paths(&s.rw),
             ro: paths(&s.ro),
             hide: paths(&s.hide),
@@ -358,7 +376,8 @@ fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
         Kind::Audit => sandbox::Options {
             kind: Kind::Audit,
             try_mode: false,
-            net: sandbox::Net::Host,
+            net: if egress.is_some() { sandbox::Net::Allow } else { sandbox::Net::Host },
+            egress,
             rw: Vec::new(),
             ro: Vec::new(),
             hide: Vec::new(),
@@ -367,7 +386,7 @@ fn recorded_isolation(m: &Manifest) -> Option<sandbox::Options> {
             allow_userns: true,
             backend: sandbox::Choice::Namespaces,
         },
-    })
+    }))
 }
 
 /// The original's input copies to give as `--input` (each top-level entry

@@ -98,10 +98,8 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
             "max-bytes" => a.seal_opts.max_bytes = duration::parse_size(&text(&mut words)?).ok()?,
             "max-files" => a.seal_opts.max_files = number(&mut words)?,
             "deadline" => a.seal_opts.deadline = dur(&mut words)?,
-            "net" => {
-                let v = text(&mut words)?;
-                a.net = Some(clap::ValueEnum::from_str(&v, false).ok()?);
-            }
+            "net" => a.net = Some(text(&mut words)?),
+            "resolve" => a.resolve.push(text(&mut words)?),
             "rw" => a.rw.push(value(&mut words)?.into()),
             "ro" => a.ro.push(value(&mut words)?.into()),
             "cache" => a.cache.push(text(&mut words)?),
@@ -121,12 +119,14 @@ pub fn parse_run(args: &[OsString], env: impl Fn(&str) -> Option<OsString>) -> O
                 | "ro"
                 | "cache"
                 | "hide"
+                | "resolve"
         ) {
             seen.pop();
         }
     }
     // What clap's `requires` and `required` would refuse.
     let sandbox_only = a.net.is_some()
+        || !a.resolve.is_empty()
         || a.allow_userns
         || !(a.rw.is_empty() && a.ro.is_empty() && a.cache.is_empty() && a.hide.is_empty());
     if a.command.is_empty()
@@ -204,6 +204,7 @@ fn defaults() -> RunArgs {
         },
         sandbox: None,
         net: None,
+        resolve: Vec::new(),
         rw: Vec::new(),
         ro: Vec::new(),
         cache: Vec::new(),

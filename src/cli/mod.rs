@@ -713,9 +713,19 @@ pub struct RunArgs {
     )]
     pub sandbox: Option<String>,
 
-    /// With --sandbox: `none` for a network with only loopback (default: host)
-    #[arg(long, value_enum, value_name = "NET", requires = "sandbox")]
-    pub net: Option<crate::sandbox::Net>,
+    /// With --sandbox: `none` for a network with only loopback; `allow=PATTERNS` for
+    /// loopback plus a proxy runws runs outside, which reaches only the hosts named
+    /// (`host`, `*.domain`, `host:PORT`, an IP literal; ports 443 and 80 unless
+    /// given; `@FILE` reads one pattern a line) and records every connection;
+    /// `host` for the host's network (the default). With `runws audit`, `--net`
+    /// alone: every destination allowed through the proxy, and reported
+    #[arg(long, value_name = "NET", num_args = 0..=1, default_missing_value = "")]
+    pub net: Option<String>,
+
+    /// With --net allow: resolve NAME to ADDR in the proxy instead of asking DNS
+    /// (repeatable; as curl's --resolve)
+    #[arg(long = "resolve", value_name = "NAME=ADDR")]
+    pub resolve: Vec<String>,
 
     /// With --sandbox: make PATH writable (repeatable)
     #[arg(long = "rw", value_name = "PATH", requires = "sandbox")]

@@ -72,9 +72,13 @@ pub struct ReplayArgs {
     )]
     pub sandbox: Option<String>,
 
-    /// With --sandbox: `none` for a network with only loopback (default: host)
-    #[arg(long, value_enum, value_name = "NET", requires = "sandbox")]
-    pub net: Option<crate::sandbox::Net>,
+    /// With --sandbox: `none`, `allow=PATTERNS` or `host` (the default), as for `run`
+    #[arg(long, value_name = "NET", requires = "sandbox")]
+    pub net: Option<String>,
+
+    /// With --net allow: resolve NAME to ADDR in the proxy (repeatable)
+    #[arg(long = "resolve", value_name = "NAME=ADDR", requires = "net")]
+    pub resolve: Vec<String>,
 
     /// With --sandbox: make PATH writable (repeatable)
     #[arg(long = "rw", value_name = "PATH", requires = "sandbox")]

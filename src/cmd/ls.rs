@@ -317,7 +317,11 @@ pub fn show(root: Option<&Path>, run: &str, json: bool) -> anyhow::Result<u8> {
     root.must_exist()?;
     let id = resolve_run(&root, run, None)?;
     let rd = RunDir::open(&root, &id)?;
-    let m = manifest::read(&rd.dir)?;
+    let mut m = manifest::read(&rd.dir)?;
+    // A run whose runws was killed: its proxy's log as last written.
+    if let Some(net) = m.net.as_mut() {
+        *net = crate::egress::log::latest(&rd.dir, net);
+    }
     if json {
         print_manifest(&m, rd.path(), json)?;
     } else {
@@ -462,6 +466,11 @@ fn print_summary(m: &Manifest, rd: &RunDir) -> std::io::Result<()> {
         }
         if let Some(why) = &sb.chosen_because {
             writeln!(out, "backend:   landlock, because {}", t(why))?;
+        }
+    }
+    if let Some(net) = &m.net {
+        for line in crate::egress::log::render(net) {
+            writeln!(out, "{line}")?;
         }
     }
     out.flush()

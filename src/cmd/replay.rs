@@ -14,6 +14,10 @@ use crate::workspace;
 pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
     let resolved = workspace::resolve_root(root)?;
     let mut original = find(&resolved, &args)?;
+    let (net, egress) = match &args.sandbox {
+        Some(_) => crate::egress::choose(args.net.as_deref(), &args.resolve, false).map_err(Error::Usage)?,
+        None => (Net::Host, None),
+    };
     let opts = replay::Options {
         env: args.env.clone(),
         env_file: args.env_file.clone(),
@@ -24,7 +28,8 @@ pub fn replay(args: ReplayArgs, root: Option<&Path>, store: Option<&str>) -> any
             kind: Kind::Sandbox,
             try_mode,
             backend,
-            net: args.net.unwrap_or(Net::Host),
+            net,
+            egress: egress.clone(),
             rw: args.rw.clone(),
             ro: args.ro.clone(),
             hide: args.hide.clone(),

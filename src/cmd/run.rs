@@ -7,10 +7,17 @@ use crate::cli::{AuditArgs, RunArgs};
 use crate::error::Error;
 use crate::exit;
 use crate::run::{self, Isolation, Plain, Request};
-use crate::sandbox::{self, Isolated, Kind, Net};
+use crate::sandbox::{self, Isolated, Kind};
 
 pub fn run(args: RunArgs, root: Option<&Path>, store: Option<&str>) -> anyhow::Result<u8> {
-    let isolation: Box<dyn Isolation> = match sandbox_options(&args) {
+    if args.sandbox.is_none() && (args.net.is_some() || !args.resolve.is_empty()) {
+        let what = if args.net.is_some() { "--net" } else { "--resolve" };
+        return Err(Error::Usage(format!(
+            "{what} needs --sandbox: without the sandbox's network namespace nothing would enforce it"
+        ))
+        .into());
+    }
+    let isolation: Box<dyn Isolation> = match sandbox_options(&args)? {
         Some(opts) => Box::new(Isolated::new(opts)),
         None => Box::new(Plain),
     };
@@ -23,10 +30,13 @@ pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyho
     if args.run.sandbox.is_some() {
         return Err(Error::Usage("`runws audit` cannot be combined with --sandbox".into()).into());
     }
+    let (net, egress) =
+        crate::egress::choose(args.run.net.as_deref(), &args.run.resolve, true).map_err(Error::Usage)?;
     let opts = sandbox::Options {
         kind: Kind::Audit,
         try_mode: false,
-        net: Net::Host,
+        net,
+        egress,
         rw: Vec::new(),
         ro: Vec::new(),
         hide: Vec::new(),
@@ -39,20 +49,24 @@ pub fn audit(args: AuditArgs, root: Option<&Path>, store: Option<&str>) -> anyho
 }
 
 /// The sandbox options of `run`, or `None` without `--sandbox`.
-fn sandbox_options(args: &RunArgs) -> Option<sandbox::Options> {
-    let (try_mode, backend) = sandbox::mode(args.sandbox.as_deref()?);
-    Some(sandbox::Options {
+fn sandbox_options(args: &RunArgs) -> Result<Option<sandbox::Options>, Error> {
+    let Some(mode) = args.sandbox.as_deref() else { return Ok(None) };
+    let (try_mode, backend) = sandbox::mode(mode);
+    let (net, egress) =
+        crate::egress::choose(args.net.as_deref(), &args.resolve, false).map_err(Error::Usage)?;
+    Ok(Some(sandbox::Options {
         kind: Kind::Sandbox,
         try_mode,
         backend,
-        net: args.net.unwrap_or(Net::Host),
+        net,
+        egress,
         rw: args.rw.clone(),
         ro: args.ro.clone(),
         hide: args.hide.clone(),
         caches: args.cache.clone(),
         json: false,
         allow_userns: args.allow_userns,
-    })
+    }))
 }
 
 fn run_with(

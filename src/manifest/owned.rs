@@ -3,8 +3,8 @@
 //! Outside a sandbox the command can rewrite `manifest.json`, so the record
 //! on disk cannot be the only copy of what runws knows. `runws run` keeps the
 //! fields it alone writes (the run id, job, command, processes, lease,
-//! status and how the command ended, and its `lease`, `pings`, `sandbox`
-//! and `worktree` records) in memory, and each of its writes (the lease renewal,
+//! status and how the command ended, and its `lease`, `net`, `pings`,
+//! `sandbox` and `worktree` records) in memory, and each of its writes (the lease renewal,
 //! the final record) puts them back over whatever is on disk: a command that
 //! edits them, or the whole file, cannot change what runws records, and it
 //! cannot keep runws from recording how it ended. What the guard records
@@ -62,6 +62,7 @@ const OWNED: &[&str] = &[
     "fingerprint",
     "reap",
     "lease",
+    "net",
     "pings",
     "sandbox",
     "worktree",

@@ -316,6 +316,7 @@ pub const RECORDS: &[(&str, Check)] = &[
     ("checkpoint", reads::<Checkpoint>),
     ("held", reads::<bool>),
     ("lease", reads::<LeaseRecord>),
+    ("net", reads::<super::net::NetRecord>),
     ("pings", reads::<Vec<PingRecord>>),
     ("refused", reads::<Vec<RefusedRecord>>),
     ("replay", reads::<ReplayComparison>),

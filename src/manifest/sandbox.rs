@@ -18,13 +18,24 @@ pub enum Kind {
 }
 
 /// `--net`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Net {
     /// A network namespace with only loopback.
     None,
     /// The host's network.
     Host,
+    /// A network namespace with only loopback and runws's proxy, which
+    /// lets through what the policy allows (`--net allow=...`, `audit
+    /// --net`); see the manifest's `net` record.
+    Allow,
+}
+
+impl Net {
+    /// Whether the run has a network namespace of its own.
+    pub fn isolated(self) -> bool {
+        matches!(self, Net::None | Net::Allow)
+    }
 }
 
 /// A protection `--sandbox=try` had to go without.

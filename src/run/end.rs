@@ -52,7 +52,7 @@ pub(super) fn not_started(run: &RunDir, record: &mut Owner, e: Error, slot: Opti
     let code = e.exit_code();
     let msg = e.to_string();
     let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None, None) {
+    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None, None, None) {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     eprintln!("runws: {msg}");
@@ -70,7 +70,9 @@ pub(super) fn finish(
     slot: Option<Reserved<'_>>,
     lease_lost_at: Option<String>,
     resources: Option<ResourcesRecord>,
+    note: Option<crate::run::Note>,
 ) -> Result<(), Error> {
+    let mut note = note;
     let oom = resources.as_ref().and_then(|r| r.oom_kills).is_some_and(|n| n > 0);
     let change = |m: &mut Manifest| {
         if m.status != Status::Running {
@@ -98,6 +100,9 @@ pub(super) fn finish(
         }
         if let Some(r) = resources {
             m.resources = Some(r);
+        }
+        if let Some(note) = note.take() {
+            note(m);
         }
         Ok(())
     };

@@ -80,8 +80,11 @@ pub trait Isolation {
     /// Once nothing of the run is alive: corrects `outcome` to the
     /// command's own status where the child was not the command, removes
     /// what the run must not leave behind, records and shows what the
-    /// isolation found. The run's end is recorded whatever this does.
-    fn ended(&mut self, _run: &RunDir, _outcome: &mut Outcome) {}
+    /// isolation found; returns what to add to the final record. The run's
+    /// end is recorded whatever this does.
+    fn ended(&mut self, _run: &RunDir, _outcome: &mut Outcome) -> Option<Note> {
+        None
+    }
 }
 
 /// No isolation: the command runs as the user, on the host, with the guard

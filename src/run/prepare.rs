@@ -232,6 +232,7 @@ fn first_record(req: &Request, id: &str, job: String, invoked_from: &Path) -> Ma
         replay_of: req.replay_of.clone(),
         resources: None,
         restored: None,
+        net: None,
         sandbox: None,
         truncated: None,
         worktree: None,

@@ -287,13 +287,13 @@ impl Started<'_> {
             monitor::ended(run, &req, &mut record, start_ping, code);
             return Ok(Ended { code, started: false, interrupted });
         }
-        isolation.ended(run, &mut outcome);
+        let note = isolation.ended(run, &mut outcome);
         let resources = resources(record.record().resources.clone(), group.take(), &used_before);
         let code = exit_code(&outcome);
         // A lease lost while the command ran is found now at the latest,
         // however quickly the command ended after runws was stopped or starved.
         let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
-        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at, Some(resources))
+        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at, Some(resources), note)
             .with_context(|| format!("cannot record the end of run `{id}`"))?;
         if record.record().restored.is_some() {
             eprintln!(

@@ -340,9 +340,9 @@ fn enter_namespaces<K: Kernel>(
     let (pid, net) = match at {
         Position::Outer(handed) => (
             status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWPID, "PID namespace"))?,
-            plan.net == Net::None && status.attempt(enter_network(k, handed))?,
+            network(k, plan, status, handed)?,
         ),
-        Position::Pid1(handed) => (true, plan.net == Net::None && status.attempt(enter_network(k, handed))?),
+        Position::Pid1(handed) => (true, network(k, plan, status, handed)?),
     };
     if plan.kind == Kind::Sandbox {
         status.attempt(ns::unshare(k, CloneFlags::CLONE_NEWIPC, "IPC namespace"))?;
@@ -529,6 +529,22 @@ fn set_up<K: Kernel>(
         }
     }
     Ok(())
+}
+
+/// The network namespace of `--net none` and `--net allow`; whether the
+/// command has one. With `--net allow` its only way out is the proxy
+/// listening in the namespace runws made: that one is entered or the run
+/// is refused, even with `--sandbox=try` (the host's network instead would
+/// be no protection at all).
+fn network<K: Kernel>(k: &K, plan: &Plan, status: &mut Status, handed: Handed<'_>) -> Result<bool, Refused> {
+    match plan.net {
+        Net::Host => Ok(false),
+        Net::None => status.attempt(enter_network(k, handed)),
+        Net::Allow => match handed.net {
+            None => Err(Refused::new("network namespace", "the proxy's namespace was not handed over")),
+            Some(_) => enter_network(k, handed).map(|()| true),
+        },
+    }
 }
 
 /// A new network namespace: the one runws made already (see

@@ -19,11 +19,13 @@ pub struct Isolated {
     /// Why the user namespace of [`Isolation::early`] could not be made.
     own_failed: Option<String>,
     setup: Option<Setup>,
+    /// `--net allow`: the proxy, serving from the moment the run opens.
+    serving: Option<crate::egress::Serving>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, own: None, own_failed: None, setup: None }
+        Isolated { opts, own: None, own_failed: None, setup: None, serving: None }
     }
 
     /// The backend of a sandbox: the one named, or namespaces unless
@@ -56,9 +58,10 @@ impl Isolation for Isolated {
     /// namespace and its two one-line maps exist yet: nothing of the run.
     fn early(&mut self) {
         let uid = nix::unistd::getuid().as_raw();
-        if self.opts.kind == Kind::Sandbox && uid != 0 && self.opts.backend != Choice::Landlock {
+        let wanted = self.opts.kind == Kind::Sandbox || self.opts.net == super::Net::Allow;
+        if wanted && uid != 0 && self.opts.backend != Choice::Landlock {
             let gid = nix::unistd::getgid().as_raw();
-            match super::ns::own_user_namespace(uid, gid, self.opts.net == super::Net::None) {
+            match super::ns::own_user_namespace(uid, gid, self.opts.net.isolated()) {
                 Ok(own) => self.own = Some(own),
                 Err(e) => self.own_failed = Some(e.to_string()),
             }
@@ -71,6 +74,12 @@ impl Isolation for Isolated {
         if opts.kind == Kind::Sandbox
             && let (Backend::Landlock, why) = self.backend()
         {
+            if opts.net == super::Net::Allow {
+                let because = why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
+                return Err(Error::Sandbox(format!(
+                    "--net allow needs the namespace sandbox{because}: under Landlock a command could reach any host on the proxy's port, so the policy could not be enforced"
+                )));
+            }
             if let Some(why) = &why {
                 eprintln!("runws: sandbox: namespaces cannot be used here ({why}); using Landlock");
             }
@@ -108,6 +117,12 @@ impl Isolation for Isolated {
     /// Guard calls from inside reach runws over the run's socket (listening
     /// already: a call made before this thread runs waits for it).
     fn opened(&mut self, at: &Opened<'_>) {
+        // The proxy serves before anything else: the command may connect
+        // at once (it waits in the backlog until then).
+        if let Some(pending) = self.setup.as_mut().and_then(|s| s.proxy.take()) {
+            let dir = crate::fsx::Dir::open(at.run.path()).ok();
+            self.serving = Some(pending.serve(dir));
+        }
         let Some(broker) = self.setup.as_mut().and_then(|s| s.broker.take()) else { return };
         // The run's lease as runws took it: all a sandboxed command's
         // `publish` and `lease` calls can reach.
@@ -143,8 +158,11 @@ impl Isolation for Isolated {
         self.setup.as_ref()?.ended()
     }
 
-    fn ended(&mut self, run: &RunDir, outcome: &mut Outcome) {
-        let Some(setup) = self.setup.as_mut() else { return };
+    fn ended(&mut self, run: &RunDir, outcome: &mut Outcome) -> Option<Note> {
+        // Nothing of the run is alive: no connection is asked for any more.
+        let net = self.serving.take().map(crate::egress::Serving::finish);
+        let note: Option<Note> = net.map(|n| -> Note { Box::new(move |m: &mut Manifest| m.net = Some(n)) });
+        let Some(setup) = self.setup.as_mut() else { return note };
         // A child that was the sandbox's PID 1 reports the command's status.
         if let Some(raw) = setup.command_status() {
             *outcome = Outcome::from_wait_status(raw, outcome.timed_out);
@@ -164,6 +182,7 @@ impl Isolation for Isolated {
         if let Err(e) = setup.finish(run) {
             eprintln!("runws: warning: cannot record the audit of run `{}`: {e}", run.id);
         }
+        note
     }
 }
 

@@ -171,5 +171,6 @@ pub fn prepare(
         missing,
         git_common: None,
         landlock: true,
+        proxy: None,
     })
 }

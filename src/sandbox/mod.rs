@@ -161,6 +161,9 @@ pub struct Setup {
     /// user owns, the run directory's top level included (see
     /// [`restore_top_modes`]).
     pub landlock: bool,
+    /// `--net allow`, `audit --net`: the proxy's socket, listening in the
+    /// run's network namespace, until the run is opened.
+    pub proxy: Option<crate::egress::Pending>,
 }
 
 /// Puts back the modes of the run directory and its manifest files, which

@@ -53,6 +53,8 @@ pub struct Options {
     /// Which backend: `--sandbox=ns`, `--sandbox=landlock`, or the
     /// strongest that works here.
     pub backend: Choice,
+    /// `--net allow=...` and `audit --net` (with `net` = `Net::Allow`).
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// `--sandbox=MODE`: whether a failed protection refuses the run, and
@@ -186,7 +188,7 @@ fn layout(
             defaults.push(MountOp::Tmpfs { target: t.into(), mode: 0o755, writable: false });
         }
     }
-    if opts.net == Net::None {
+    if opts.net.isolated() {
         // Without a network, no host service either: a unix socket is reached
         // through the file system, which a network namespace does not cover.
         for t in ["/run", "/var/run"] {
@@ -246,7 +248,7 @@ fn layout(
         }
     }
     defaults.retain(|d| !user.iter().any(|u| u.target() == d.target()));
-    if opts.net == Net::None {
+    if opts.net.isolated() {
         // Every other socket the host listens on, unless the user granted it
         // (or a directory holding it) or it is already hidden.
         for sock in host_unix_sockets() {
@@ -378,7 +380,7 @@ pub fn prepare(
     // layout is computed and the child started (see `NetworkNamespace`);
     // the init, still root of the host, enters it. Otherwise the init makes
     // it inside its user namespace, which must own it.
-    let pending_net = (uid == 0 && opts.kind == Kind::Sandbox && opts.net == Net::None)
+    let pending_net = (uid == 0 && (opts.kind == Kind::Sandbox || opts.net == Net::Allow) && opts.net.isolated())
         .then(super::ns::NetworkNamespace::start)
         .and_then(|r| r.ok());
     let (own_userns, own_net) = match own {
@@ -423,9 +425,17 @@ pub fn prepare(
         (None, Some(o)) => Some(o.finish()),
         (None, None) => None,
     };
-    let net = match made {
-        Some(Ok(fd)) => Some(child::high_fd(fd)?),
-        _ => None,
+    let (net, unmade) = match made {
+        Some(Ok(fd)) => (Some(child::high_fd(fd)?), None),
+        Some(Err(r)) => (None, Some(r.to_string())),
+        None => (None, None),
+    };
+    let proxy = match &opts.egress {
+        Some(egress) => {
+            let userns = own_userns.as_ref().map(std::os::fd::AsFd::as_fd);
+            Some(proxy_in(egress, net.as_ref(), userns, unmade, spec, m)?)
+        }
+        None => None,
     };
     // PID 1 of the sandbox reports the command's wait status on this pipe
     // once everything the run started has ended: runws, its parent or its
@@ -498,7 +508,53 @@ pub fn prepare(
         missing,
         git_common: None,
         landlock: false,
+        proxy,
     })
+}
+
+/// The proxy of `--net allow` (or `audit --net`): a socket listening in
+/// the run's network namespace `net`, made before the command starts; its
+/// address goes into the command's environment and the record. A
+/// namespace or proxy that cannot be made refuses the run, whatever
+/// `--sandbox=try` says: without them the command would have the host's
+/// network.
+fn proxy_in(
+    egress: &crate::egress::Egress,
+    net: Option<&OwnedFd>,
+    userns: Option<std::os::fd::BorrowedFd<'_>>,
+    unmade: Option<String>,
+    spec: &mut Spec,
+    m: &mut Manifest,
+) -> Result<crate::egress::Pending> {
+    use std::os::fd::AsFd;
+    let Some(net) = net else {
+        let why = unmade.unwrap_or_else(|| "runws could not make it before the command".into());
+        return Err(Error::Sandbox(format!("--net allow: no network namespace for the proxy: {why}")));
+    };
+    let names = crate::egress::var_names();
+    if let Some(r) = m.env.iter().find(|r| r.granted && names.contains(&r.name.as_str())) {
+        return Err(Error::Usage(format!(
+            "`{}` is set by --net (the address of the run's proxy); it cannot be granted with --{} too",
+            r.name, r.source
+        )));
+    }
+    let fd = crate::sys::ns::listener_in(net.as_fd(), userns)
+        .map_err(|e| Error::Sandbox(format!("--net allow: cannot start the proxy: {e}")))?;
+    let listener = std::net::TcpListener::from(fd);
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::Sandbox(format!("--net allow: cannot read the proxy's address: {e}")))?
+        .port();
+    let vars = crate::egress::vars(port);
+    spec.env.retain(|(k, _)| !names.contains(&k.as_str()));
+    m.env.retain(|r| !names.contains(&r.name.as_str()));
+    for (k, v) in vars {
+        spec.env.push((k.to_string(), v.into()));
+        m.env.push(EnvRecord { name: k.into(), granted: false, source: "runws".into(), present: true });
+    }
+    m.env.sort_by(|a, b| a.name.cmp(&b.name));
+    m.net = Some(egress.record(port));
+    Ok(crate::egress::Pending { listener, port, egress: egress.clone() })
 }
 
 /// The sandbox record of what `opts` asked for, either backend; each fills
@@ -544,8 +600,13 @@ fn namespace_protections(net: Net) -> Vec<super::Enforced> {
         e("a private /tmp, /var/tmp and /dev/shm", "mount namespace (tmpfs)"),
         e("other processes invisible, everything killed at the end", "PID namespace"),
     ];
-    if net == Net::None {
-        out.push(e("network: loopback only, host unix sockets hidden", "network namespace"));
+    match net {
+        Net::None => out.push(e("network: loopback only, host unix sockets hidden", "network namespace")),
+        Net::Allow => out.push(e(
+            "network: loopback only, host unix sockets hidden; out only to what --net allow names",
+            "network namespace, and runws's proxy outside it (its only way out)",
+        )),
+        Net::Host => {}
     }
     out.push(e("no privileges: no capabilities, no new privileges", "user namespace and prctl"));
     out.push(e("system calls", "seccomp"));

@@ -18,7 +18,7 @@ use super::raw as sys;
 /// use (its own stack only, and direct system calls, which leave runws's
 /// `errno` alone). The stack is never unmapped, as the helper is never
 /// waited for on runws's path: nothing else may ever be placed where it
-/// might still run. Used at most twice per runws process.
+/// might still run. Used at most three times per runws process.
 fn start_helper(
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: usize,
@@ -125,6 +125,118 @@ pub fn user_and_network_namespace_helper(ready: BorrowedFd<'_>) -> io::Result<Pi
         wait_for_the_end(std::ptr::null_mut())
     }
     start_helper(make, ready.as_raw_fd() as usize, libc::CLONE_NEWUSER | libc::CLONE_FILES)
+}
+
+/// What [`listener_in`]'s helper reads and writes, all in this struct,
+/// which outlives it (its parent waits for it to end).
+#[repr(C)]
+struct ListenJob {
+    userns: i32,
+    netns: i32,
+    ifr: libc::ifreq,
+    addr: libc::sockaddr_in,
+    /// The listening socket's number in the shared table, or `-errno`.
+    result: isize,
+    /// Which step failed: 1 user namespace, 2 network namespace, 3 socket,
+    /// 4 `lo` up, 5 bind, 6 listen.
+    step: i32,
+}
+
+/// A TCP socket listening on `127.0.0.1` (a port the kernel picks) of the
+/// network namespace `netns`, with its loopback brought up, for runws to
+/// accept on from outside it (see `crate::egress`). Made by a helper (see
+/// [`start_helper`]) that shares runws's descriptor table and enters the
+/// namespace, after the user namespace `userns` that owns it when runws is
+/// not root (runws's uid owns that namespace, so the helper holds every
+/// capability in it); runws waits for the helper to end.
+pub fn listener_in(netns: BorrowedFd<'_>, userns: Option<BorrowedFd<'_>>) -> io::Result<OwnedFd> {
+    extern "C" fn make(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the ListenJob its parent keeps alive until this helper has ended, written by nothing else meanwhile; direct system calls only, each on fields of that struct.
+        unsafe {
+            let job = &mut *(arg as *mut ListenJob);
+            let fail = |job: &mut ListenJob, step: i32, r: isize| {
+                job.step = step;
+                job.result = r;
+                1
+            };
+            if job.userns >= 0 {
+                let r = sys(libc::SYS_setns, job.userns as usize, libc::CLONE_NEWUSER as usize, 0, 0);
+                if r < 0 {
+                    return fail(job, 1, r);
+                }
+            }
+            let r = sys(libc::SYS_setns, job.netns as usize, libc::CLONE_NEWNET as usize, 0, 0);
+            if r < 0 {
+                return fail(job, 2, r);
+            }
+            let kind = (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as usize;
+            let s = sys(libc::SYS_socket, libc::AF_INET as usize, kind, 0, 0);
+            if s < 0 {
+                return fail(job, 3, s);
+            }
+            let ifr = &mut job.ifr as *mut libc::ifreq as usize;
+            let mut r = sys(libc::SYS_ioctl, s as usize, libc::SIOCGIFFLAGS as usize, ifr, 0);
+            if r >= 0 {
+                job.ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+                r = sys(libc::SYS_ioctl, s as usize, libc::SIOCSIFFLAGS as usize, ifr, 0);
+            }
+            if r < 0 {
+                sys(libc::SYS_close, s as usize, 0, 0, 0);
+                return fail(job, 4, r);
+            }
+            let addr = &job.addr as *const libc::sockaddr_in as usize;
+            let len = std::mem::size_of::<libc::sockaddr_in>();
+            let r = sys(libc::SYS_bind, s as usize, addr, len, 0);
+            if r < 0 {
+                sys(libc::SYS_close, s as usize, 0, 0, 0);
+                return fail(job, 5, r);
+            }
+            let r = sys(libc::SYS_listen, s as usize, 4096, 0, 0);
+            if r < 0 {
+                sys(libc::SYS_close, s as usize, 0, 0, 0);
+                return fail(job, 6, r);
+            }
+            job.result = s;
+            0
+        }
+    }
+    let mut ifr = ifreq("lo")?;
+    ifr.ifr_ifru.ifru_flags = 0;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be() },
+        sin_zero: [0; 8],
+    };
+    let mut job = Box::new(ListenJob {
+        userns: userns.map_or(-1, |u| u.as_raw_fd()),
+        netns: netns.as_raw_fd(),
+        ifr,
+        addr,
+        result: -(libc::EIO as isize),
+        step: 0,
+    });
+    let arg = &mut *job as *mut ListenJob as usize;
+    let pid = start_helper(make, arg, libc::CLONE_FILES)?;
+    // Our own child, by pid: nothing else waits for it before this does.
+    loop {
+        match nix::sys::wait::waitpid(pid, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Reaped by another waiter: it has ended all the same.
+            Ok(_) | Err(nix::errno::Errno::ECHILD) => break,
+            Err(e) => {
+                // Not waited for: the job must outlive it.
+                std::mem::forget(job);
+                return Err(e.into());
+            }
+        }
+    }
+    if job.result < 0 {
+        let what = ["", "setns (user)", "setns (net)", "socket", "lo up", "bind", "listen"];
+        let e = io::Error::from_raw_os_error(-job.result as i32);
+        return Err(io::Error::new(e.kind(), format!("{}: {e}", what[job.step.clamp(0, 6) as usize])));
+    }
+    super::fd::claim_inherited(job.result as i32).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
 }
 
 /// What one `mount_setattr(2)` asks: `flags` (`AT_RECURSIVE`,

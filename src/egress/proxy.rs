@@ -1,0 +1,573 @@
+//! The proxy: runs in runws, outside the run's network namespace, and
+//! accepts on a socket listening on the namespace's loopback, the run's
+//! only way out. A client asks with HTTP: `CONNECT host:port` for a tunnel
+//! (TLS and any protocol that proxies), or a plain request with an
+//! absolute `http://` URL. Each destination is checked against the policy
+//! before runws resolves its name and connects; a refusal is a `403` with a
+//! one-line reason (and RFC 9209's `Proxy-Status`). In a tunnel, a TLS
+//! ClientHello must name the host of the CONNECT line (on port 443 the
+//! tunnel must be TLS); its bytes are read, never changed, and the rest is
+//! moved with `splice` (no copy through runws's memory). One thread per
+//! connection, a second per tunnel for the way back; at most
+//! [`MAX_CLIENTS`] at once.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::log::{Bytes, Log};
+use super::policy::{self, Destination, Host, Policy};
+use super::tls::{self, Hello};
+use crate::manifest::net::NetRecord;
+
+/// Connections served at once; more are answered `503`.
+pub const MAX_CLIENTS: usize = 1024;
+/// A request head is read within this time and size.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+const MAX_HEAD: usize = 64 * 1024;
+/// Connecting to a destination, every address it resolves to, within this.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A TLS alert, fatal, `access_denied`: what a refused tunnel's client reads.
+const ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
+
+/// A running proxy.
+pub struct Proxy {
+    log: Arc<Log>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    listener: Arc<TcpListener>,
+    stopping: Arc<AtomicBool>,
+}
+
+/// What the connections share.
+struct Shared {
+    policy: Policy,
+    log: Arc<Log>,
+    active: AtomicUsize,
+}
+
+impl Proxy {
+    /// Serves `listener` under `policy`, logging into `log`, until
+    /// [`Proxy::finish`].
+    pub fn start(listener: TcpListener, policy: Policy, log: Arc<Log>) -> Proxy {
+        let listener = Arc::new(listener);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let writer = Some(log.keep_written());
+        let shared = Arc::new(Shared { policy, log: log.clone(), active: AtomicUsize::new(0) });
+        let (l, stop) = (listener.clone(), stopping.clone());
+        std::thread::spawn(move || accept_loop(&l, &stop, &shared));
+        Proxy { log, writer, listener, stopping }
+    }
+
+    /// Stops accepting and returns the complete log (tunnels still open
+    /// are counted as far as they went).
+    pub fn finish(mut self) -> NetRecord {
+        self.stopping.store(true, Ordering::SeqCst);
+        // Wakes the accept call (EINVAL on a listening socket shut down).
+        let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&*self.listener), nix::sys::socket::Shutdown::Read);
+        self.log.finish(self.writer.take())
+    }
+}
+
+fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Shared>) {
+    loop {
+        let accepted = listener.accept();
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let client = match accepted {
+            Ok((c, _)) => c,
+            Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => return,
+            Err(_) => {
+                // Out of descriptors or memory: the backlog waits a moment.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            let mut c = client;
+            let _ = refuse(&mut c, 503, "Service Unavailable", "proxy_internal_error", "too many connections at once");
+            continue;
+        }
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || {
+            serve(client, &s);
+            s.active.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// What a request head asks for.
+enum Ask {
+    Connect(Destination),
+    /// A plain request: the destination and the head to send it.
+    Forward(Destination, Vec<u8>),
+}
+
+/// A refusal before anything was connected: status, RFC 9209 error type,
+/// and the one-line reason.
+struct Refusal {
+    status: u16,
+    phrase: &'static str,
+    error: &'static str,
+    why: String,
+}
+
+fn bad(why: impl Into<String>) -> Refusal {
+    Refusal { status: 400, phrase: "Bad Request", error: "http_request_error", why: why.into() }
+}
+
+/// Serves one client connection to its end.
+fn serve(mut client: TcpStream, shared: &Shared) {
+    let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let _ = client.set_nodelay(true);
+    let (head, rest) = match read_head(&mut client) {
+        Ok(Some(h)) => h,
+        Ok(None) => return,
+        Err(r) => {
+            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+            return;
+        }
+    };
+    let ask = match parse_head(&head) {
+        Ok(a) => a,
+        Err(r) => {
+            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+            return;
+        }
+    };
+    let dest = match &ask {
+        Ask::Connect(d) | Ask::Forward(d, _) => d.clone(),
+    };
+    let host = dest.host_text();
+    if !shared.policy.allows(&dest) {
+        let why = denial(&dest);
+        shared.log.note(&host, dest.port, false, Some("not in the policy".into()));
+        let _ = refuse(&mut client, 403, "Forbidden", "http_request_denied", &why);
+        return;
+    }
+    let upstream = match connect(&dest, &shared.policy) {
+        Ok(u) => u,
+        Err(r) => {
+            shared.log.note(&host, dest.port, true, Some(r.why.clone()));
+            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+            return;
+        }
+    };
+    let bytes = shared.log.note(&host, dest.port, true, None);
+    let _ = upstream.set_nodelay(true);
+    let _ = client.set_read_timeout(None);
+    match ask {
+        Ask::Forward(_, head) => {
+            let mut u = &upstream;
+            if u.write_all(&head).and_then(|()| u.write_all(&rest)).is_err() {
+                return;
+            }
+            count(&bytes, &shared.log, (head.len() + rest.len()) as u64, 0);
+            join(client, upstream, bytes, &shared.log);
+        }
+        Ask::Connect(_) => {
+            if (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
+                return;
+            }
+            tunnel(client, upstream, rest, &dest, bytes, shared);
+        }
+    }
+}
+
+/// The message of a destination the policy does not allow.
+fn denial(d: &Destination) -> String {
+    let host = d.host_text();
+    let add = if policy::DEFAULT_PORTS.contains(&d.port) { host.clone() } else { format!("{host}:{}", d.port) };
+    format!("`{host}:{}` is not allowed by --net allow (add `{add}` to allow it)", d.port)
+}
+
+/// Reads a request head: `None` when the client went away before sending
+/// one. Returns the head and what followed it.
+fn read_head(client: &mut TcpStream) -> Result<Option<(Vec<u8>, Vec<u8>)>, Refusal> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match client.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Ok(None),
+        };
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            let end = from + end + 4;
+            let rest = buf.split_off(end);
+            return Ok(Some((buf, rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(bad("a request head over 64 KiB"));
+        }
+    }
+}
+
+/// Reads a request head with `httparse`.
+fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("an incomplete request head")),
+        Err(e) => return Err(bad(format!("an unreadable request ({e})"))),
+    }
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
+        return Err(bad("an unreadable request line"));
+    };
+    if method == "CONNECT" {
+        return policy::authority(target, None).map(Ask::Connect).map_err(bad);
+    }
+    let lower = target.get(..8).map(str::to_ascii_lowercase).unwrap_or_default();
+    if lower.starts_with("https://") {
+        return Err(bad("an https:// URL is asked for with CONNECT, not as a plain request"));
+    }
+    let Some(after) = lower.starts_with("http://").then(|| &target[7..]) else {
+        return Err(bad(format!("`{target}` is not an absolute http:// URL (this is a proxy)")));
+    };
+    let split = after.find(['/', '?', '#']).unwrap_or(after.len());
+    let (authority, path) = after.split_at(split);
+    if authority.contains('@') {
+        return Err(bad("a URL with credentials in it"));
+    }
+    let dest = policy::authority(authority, Some(80)).map_err(bad)?;
+    let path = match path {
+        "" => "/".to_string(),
+        p if p.starts_with('/') => p.to_string(),
+        p => format!("/{p}"),
+    };
+    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    let mut out = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
+    let mut has_host = false;
+    for h in req.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        let hop = matches!(
+            name.as_str(),
+            "proxy-connection" | "proxy-authorization" | "proxy-authenticate" | "keep-alive" | "te"
+        ) || (name == "connection" && !upgrade);
+        if hop {
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    }
+    // One request per connection: the next may name another host.
+    if !upgrade {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(Ask::Forward(dest, out))
+}
+
+/// Answers a refusal and closes.
+fn refuse(client: &mut TcpStream, status: u16, phrase: &str, error: &str, why: &str) -> std::io::Result<()> {
+    let line = format!("runws: {why}\n");
+    let details = why.replace(['"', '\\'], "'");
+    let reply = format!(
+        "HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Proxy-Status: runws; error={error}; details=\"{details}\"\r\nConnection: close\r\n\r\n{line}",
+        line.len()
+    );
+    client.write_all(reply.as_bytes())?;
+    let _ = client.shutdown(Shutdown::Write);
+    Ok(())
+}
+
+/// Resolves (a `--resolve` pin first) and connects to `d`.
+fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
+    let host = d.host_text();
+    let addrs: Vec<SocketAddr> = match &d.host {
+        Host::Addr(a) => vec![SocketAddr::new(*a, d.port)],
+        Host::Name(n) | Host::Below(n) => match policy.pinned(n) {
+            Some(a) => vec![SocketAddr::new(a, d.port)],
+            None => match (n.as_str(), d.port).to_socket_addrs() {
+                Ok(a) => a.collect(),
+                Err(e) => {
+                    return Err(Refusal {
+                        status: 502,
+                        phrase: "Bad Gateway",
+                        error: "dns_error",
+                        why: format!("`{host}` does not resolve: {e}"),
+                    });
+                }
+            },
+        },
+    };
+    let started = Instant::now();
+    let mut last = None;
+    for a in &addrs {
+        let left = CONNECT_TIMEOUT.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(a, left) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    let (status, phrase, error, what) = match &last {
+        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            (504, "Gateway Timeout", "connection_timeout", format!("did not answer within {CONNECT_TIMEOUT:?}"))
+        }
+        Some(e) => (502, "Bad Gateway", "connection_refused", format!("cannot be reached: {e}")),
+        None => (502, "Bad Gateway", "dns_error", "resolves to no address".to_string()),
+    };
+    Err(Refusal { status, phrase, error, why: format!("`{host}:{}` {what}", d.port) })
+}
+
+fn count(bytes: &Option<Arc<Bytes>>, log: &Log, out: u64, inn: u64) {
+    if let Some(b) = bytes {
+        b.out.fetch_add(out, Ordering::Relaxed);
+        b.inn.fetch_add(inn, Ordering::Relaxed);
+    }
+    log.touch();
+}
+
+/// A CONNECT tunnel: the way back starts at once; the way out first reads
+/// what a TLS client says its server is.
+fn tunnel(client: TcpStream, upstream: TcpStream, mut first: Vec<u8>, d: &Destination, bytes: Option<Arc<Bytes>>, shared: &Shared) {
+    let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
+    let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let verdict = loop {
+        let hello = tls::client_hello(&first);
+        match hello {
+            Hello::Partial if first.len() <= tls::MAX_HELLO + 1024 => {}
+            Hello::Partial => break Err("a TLS hello too large to read".to_string()),
+            Hello::NotTls if d.port == 443 => break Err("port 443 carries TLS only".to_string()),
+            Hello::NotTls => break Ok(()),
+            Hello::Malformed(why) => break Err(format!("an unreadable TLS hello: {why}")),
+            Hello::NoName => match d.host {
+                Host::Addr(_) => break Ok(()),
+                _ => break Err(format!("the TLS hello names no server (the tunnel is to `{}`)", d.host_text())),
+            },
+            Hello::Name(n) => {
+                let same = matches!((&d.host, policy::name(&n)), (Host::Name(h), Some(s)) if *h == s);
+                if same {
+                    break Ok(());
+                }
+                break Err(format!("the TLS hello names `{}`, not `{}`", shown(&n), d.host_text()));
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match (&client).read(&mut chunk) {
+            Ok(0) | Err(_) if first.is_empty() => break Err(String::new()),
+            Ok(0) => break Err("the client ended inside its TLS hello".into()),
+            Ok(n) => first.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break Err("the client sent no complete TLS hello in time".into()),
+        }
+    };
+    match verdict {
+        Err(why) => {
+            if !why.is_empty() {
+                if let Hello::Name(n) = tls::client_hello(&first) {
+                    shared.log.note(&shown(&n), d.port, false, Some(why.clone()));
+                } else {
+                    shared.log.note(&d.host_text(), d.port, false, Some(why.clone()));
+                }
+                let _ = (&client).write_all(&ACCESS_DENIED);
+            }
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = upstream.shutdown(Shutdown::Both);
+        }
+        Ok(()) => {
+            let _ = client.set_read_timeout(None);
+            if (&upstream).write_all(&first).is_ok() {
+                count(&bytes, &shared.log, first.len() as u64, 0);
+                pump(&client, &upstream, Way::Out, &bytes, &shared.log);
+            } else {
+                let _ = client.shutdown(Shutdown::Both);
+            }
+        }
+    }
+    if let Some(b) = back {
+        let _ = b.join();
+    }
+}
+
+/// A name from a TLS hello as it may be shown: printable ASCII, bounded.
+fn shown(n: &str) -> String {
+    n.chars().take(253).map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
+}
+
+/// Both ways of a plain request's connection, the head sent already.
+fn join(client: TcpStream, upstream: TcpStream, bytes: Option<Arc<Bytes>>, log: &Arc<Log>) {
+    let back = start_back(&client, &upstream, bytes.clone(), log.clone());
+    pump(&client, &upstream, Way::Out, &bytes, log);
+    if let Some(b) = back {
+        let _ = b.join();
+    }
+}
+
+/// The way back (destination to client) on a thread of its own.
+fn start_back(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    bytes: Option<Arc<Bytes>>,
+    log: Arc<Log>,
+) -> Option<std::thread::JoinHandle<()>> {
+    let (c, u) = (client.try_clone().ok()?, upstream.try_clone().ok()?);
+    std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || pump(&u, &c, Way::Back, &bytes, &log))
+        .ok()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Out,
+    Back,
+}
+
+/// Moves bytes from `from` to `to` until `from` ends, then ends `to`'s
+/// writing side; through a pipe with `splice`, else with reads and writes.
+fn pump(from: &TcpStream, to: &TcpStream, way: Way, bytes: &Option<Arc<Bytes>>, log: &Log) {
+    let counter = |n: usize| match way {
+        Way::Out => count(bytes, log, n as u64, 0),
+        Way::Back => count(bytes, log, 0, n as u64),
+    };
+    let ended = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+        Ok((r, w)) => {
+            let _ = rustix::pipe::fcntl_setpipe_size(&w, 256 * 1024);
+            splice_all(from, to, &r, &w, &counter)
+        }
+        Err(_) => Err(()),
+    };
+    let ended = match ended {
+        Err(()) => copy_all(from, to, &counter),
+        ok => ok,
+    };
+    match ended {
+        Ok(true) => {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+        _ => {
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// `Ok(true)`: `from` ended; `Ok(false)`: a failure after bytes moved;
+/// `Err(())`: splice cannot be used here before any byte moved.
+fn splice_all(
+    from: &TcpStream,
+    to: &TcpStream,
+    r: &std::os::fd::OwnedFd,
+    w: &std::os::fd::OwnedFd,
+    counter: &dyn Fn(usize),
+) -> Result<bool, ()> {
+    use rustix::pipe::{SpliceFlags, splice};
+    let flags = SpliceFlags::MOVE | SpliceFlags::MORE;
+    let mut moved = false;
+    loop {
+        let n = match splice(from, None, w, None, 1 << 20, flags) {
+            Ok(0) => return Ok(true),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::INVAL) if !moved => return Err(()),
+            Err(_) => return Ok(false),
+        };
+        let mut left = n;
+        while left > 0 {
+            match splice(r, None, to, None, left, flags) {
+                Ok(0) => return Ok(false),
+                Ok(m) => left -= m,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return Ok(false),
+            }
+        }
+        moved = true;
+        counter(n);
+    }
+}
+
+fn copy_all(mut from: &TcpStream, mut to: &TcpStream, counter: &dyn Fn(usize)) -> Result<bool, ()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return Ok(false);
+                }
+                counter(n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forward(head: &str) -> Result<(Destination, String), String> {
+        match parse_head(head.as_bytes()) {
+            Ok(Ask::Forward(d, h)) => Ok((d, String::from_utf8(h).unwrap())),
+            Ok(Ask::Connect(_)) => Err("connect".into()),
+            Err(r) => Err(r.why),
+        }
+    }
+
+    #[test]
+    fn a_plain_request_is_rewritten_for_its_server() {
+        let (d, h) = forward(
+            "GET http://Pkgs.test:8080/simple/x/?a=1 HTTP/1.1\r\nHost: pkgs.test:8080\r\n\
+             Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\nConnection: keep-alive\r\n\
+             Accept: */*\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((d.host_text(), d.port), ("pkgs.test".to_string(), 8080));
+        assert_eq!(
+            h,
+            "GET /simple/x/?a=1 HTTP/1.1\r\nHost: pkgs.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (d, h) = forward("GET http://a.test HTTP/1.0\r\n\r\n").unwrap();
+        assert_eq!(d.port, 80);
+        assert_eq!(h, "GET / HTTP/1.0\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+        let (_, h) = forward("GET http://a.test?q HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
+        assert!(h.starts_with("GET /?q HTTP/1.1\r\n"), "{h}");
+    }
+
+    #[test]
+    fn what_is_not_a_proxy_request_is_refused() {
+        for (head, why) in [
+            ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "not an absolute http:// URL"),
+            ("GET https://a.test/ HTTP/1.1\r\n\r\n", "with CONNECT"),
+            ("GET http://u:p@a.test/ HTTP/1.1\r\n\r\n", "credentials"),
+            ("GET http://a b/ HTTP/1.1\r\n\r\n", "unreadable"),
+            ("CONNECT a.test HTTP/1.1\r\n\r\n", "names no port"),
+            ("CONNECT -x-:443 HTTP/1.1\r\n\r\n", "not a host name"),
+            ("GET http://a.test:0/ HTTP/1.1\r\n\r\n", "not a port"),
+        ] {
+            let e = forward(head).unwrap_err();
+            assert!(e.contains(why), "{head:?}: {e}");
+        }
+        assert!(matches!(parse_head(b"CONNECT a.test:443 HTTP/1.1\r\n\r\n"), Ok(Ask::Connect(_))));
+    }
+
+    #[test]
+    fn a_denial_names_what_would_allow_it() {
+        let d = policy::authority("evil.test:443", None).unwrap();
+        assert_eq!(denial(&d), "`evil.test:443` is not allowed by --net allow (add `evil.test` to allow it)");
+        let d = policy::authority("evil.test:8443", None).unwrap();
+        assert!(denial(&d).contains("add `evil.test:8443`"));
+    }
+}
