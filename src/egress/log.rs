@@ -177,67 +177,6 @@ impl Log {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn template() -> NetRecord {
-        NetRecord {
-            policy: vec!["a.test".into()],
-            resolve: Vec::new(),
-            proxy: "http://127.0.0.1:1".into(),
-            connections: Vec::new(),
-            more: 0,
-            complete: false,
-        }
-    }
-
-    #[test]
-    fn destinations_are_counted_once_each_and_bounded() {
-        let log = Log::new(template(), None);
-        let b = log.note("a.test", 443, true, None).unwrap();
-        b.out.fetch_add(10, Ordering::Relaxed);
-        log.note("a.test", 443, true, None).unwrap().inn.fetch_add(7, Ordering::Relaxed);
-        log.note("a.test", 443, false, Some("no".into()));
-        let r = log.snapshot(false);
-        assert_eq!(r.connections.len(), 2);
-        assert_eq!((r.connections[0].count, r.connections[0].bytes_out, r.connections[0].bytes_in), (2, 10, 7));
-        assert_eq!(r.connections[1].why.as_deref(), Some("no"));
-        for i in 0..(MAX_DESTINATIONS + 5) {
-            log.note(&format!("h{i}.test"), 80, false, None);
-        }
-        let r = log.snapshot(true);
-        assert_eq!(r.connections.len(), MAX_DESTINATIONS);
-        assert_eq!(r.more, 7);
-        assert!(r.complete);
-    }
-
-    #[test]
-    fn the_log_is_written_as_it_goes_and_complete_at_the_end() {
-        let tmp = tempfile::tempdir().unwrap();
-        let log = Log::new(template(), Some(Dir::open(tmp.path()).unwrap()));
-        let w = log.keep_written();
-        log.note("a.test", 443, true, None);
-        let path = tmp.path().join(FILE);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&path)
-                && let Ok(r) = serde_json::from_str::<NetRecord>(&text)
-                && r.connections.len() == 1
-            {
-                assert!(!r.complete);
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "never written");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let r = log.finish(Some(w));
-        let on_disk: NetRecord = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(on_disk, r);
-        assert!(r.complete);
-    }
-}
-
 /// The record to show for a run: the manifest's, or, when that one is not
 /// complete (runws was killed before the run's end was recorded, or the
 /// run goes on), the log runws last wrote in the run directory `dir`, when
@@ -297,4 +236,111 @@ pub fn render(rec: &NetRecord) -> Vec<String> {
         out.push("  (as last written while the run went on: the run's end was not recorded with it)".into());
     }
     out
+}
+
+/// `audit --net`'s report: each destination the command reached, and the
+/// `--net allow=` list that would let exactly those through.
+pub fn audit_report(rec: &NetRecord, run: &str) -> String {
+    let t = crate::shown::text;
+    let mut reached: Vec<String> = Vec::new();
+    let mut lines = Vec::new();
+    for c in &rec.connections {
+        let ok = c.why.is_none();
+        lines.push(format!(
+            "  {} {}:{} ({}x, {} B out, {} B in){}",
+            if ok { "reached" } else { "failed " },
+            t(&c.host),
+            c.port,
+            c.count,
+            c.bytes_out,
+            c.bytes_in,
+            c.why.as_deref().map(|w| format!(": {}", t(w))).unwrap_or_default()
+        ));
+        let pattern = if super::policy::DEFAULT_PORTS.contains(&c.port) {
+            c.host.clone()
+        } else {
+            format!("{}:{}", c.host, c.port)
+        };
+        // Only what reads back as a pattern is suggested.
+        if ok && super::policy::pattern(&pattern).is_ok() && !reached.contains(&pattern) {
+            reached.push(pattern);
+        }
+    }
+    let mut out =
+        format!("runws: audit of run `{}`: {} network destination(s)\n", t(run), rec.connections.len());
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    if rec.more > 0 {
+        out.push_str(&format!("  and {} connections to further destinations, not itemised\n", rec.more));
+    }
+    if !reached.is_empty() {
+        out.push_str(&format!("  to allow these: --net allow={}\n", t(&reached.join(","))));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> NetRecord {
+        NetRecord {
+            policy: vec!["a.test".into()],
+            resolve: Vec::new(),
+            proxy: "http://127.0.0.1:1".into(),
+            connections: Vec::new(),
+            more: 0,
+            complete: false,
+        }
+    }
+
+    #[test]
+    fn destinations_are_counted_once_each_and_bounded() {
+        let log = Log::new(template(), None);
+        let b = log.note("a.test", 443, true, None).unwrap();
+        b.out.fetch_add(10, Ordering::Relaxed);
+        log.note("a.test", 443, true, None).unwrap().inn.fetch_add(7, Ordering::Relaxed);
+        log.note("a.test", 443, false, Some("no".into()));
+        let r = log.snapshot(false);
+        assert_eq!(r.connections.len(), 2);
+        assert_eq!(
+            (r.connections[0].count, r.connections[0].bytes_out, r.connections[0].bytes_in),
+            (2, 10, 7)
+        );
+        assert_eq!(r.connections[1].why.as_deref(), Some("no"));
+        for i in 0..(MAX_DESTINATIONS + 5) {
+            log.note(&format!("h{i}.test"), 80, false, None);
+        }
+        let r = log.snapshot(true);
+        assert_eq!(r.connections.len(), MAX_DESTINATIONS);
+        assert_eq!(r.more, 7);
+        assert!(r.complete);
+    }
+
+    #[test]
+    fn the_log_is_written_as_it_goes_and_complete_at_the_end() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = Log::new(template(), Some(Dir::open(tmp.path()).unwrap()));
+        let w = log.keep_written();
+        log.note("a.test", 443, true, None);
+        let path = tmp.path().join(FILE);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path)
+                && let Ok(r) = serde_json::from_str::<NetRecord>(&text)
+                && r.connections.len() == 1
+            {
+                assert!(!r.complete);
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never written");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let r = log.finish(Some(w));
+        let on_disk: NetRecord = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(on_disk, r);
+        assert!(r.complete);
+    }
 }

@@ -275,7 +275,9 @@ impl Pattern {
         port && match (&self.host, &d.host) {
             (Host::Name(p), Host::Name(n)) => p == n,
             (Host::Below(p), Host::Name(n)) => {
-                n.len() > p.len() + 1 && n.ends_with(p.as_str()) && n.as_bytes()[n.len() - p.len() - 1] == b'.'
+                n.len() > p.len() + 1
+                    && n.ends_with(p.as_str())
+                    && n.as_bytes()[n.len() - p.len() - 1] == b'.'
             }
             (Host::Addr(p), Host::Addr(a)) => p == a,
             _ => false,
@@ -327,7 +329,10 @@ mod tests {
 
     #[test]
     fn addresses_match_only_as_literals() {
-        let pol = Policy { patterns: parse_list("192.0.2.7,[2001:db8::1]:8443,::1").unwrap(), ..Default::default() };
+        let pol = Policy {
+            patterns: parse_list("192.0.2.7,[2001:db8::1]:8443,::1").unwrap(),
+            ..Default::default()
+        };
         assert!(pol.allows(&d("192.0.2.7:443")));
         assert!(!pol.allows(&d("192.0.2.8:443")));
         assert!(pol.allows(&d("[2001:db8::1]:8443")));
@@ -384,7 +389,10 @@ mod tests {
         assert_eq!(authority("example.com", Some(80)).unwrap().port, 80);
         assert!(authority("ex ample.com:1", None).is_err());
         assert!(authority("example.com:99999", None).is_err());
-        assert_eq!(parse_resolve("API.test=127.0.0.1").unwrap(), ("api.test".into(), "127.0.0.1".parse().unwrap()));
+        assert_eq!(
+            parse_resolve("API.test=127.0.0.1").unwrap(),
+            ("api.test".into(), "127.0.0.1".parse().unwrap())
+        );
         assert!(parse_resolve("api.test").is_err());
         assert!(parse_resolve("api.test=nowhere").is_err());
     }

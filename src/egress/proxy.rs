@@ -65,7 +65,10 @@ impl Proxy {
     pub fn finish(mut self) -> NetRecord {
         self.stopping.store(true, Ordering::SeqCst);
         // Wakes the accept call (EINVAL on a listening socket shut down).
-        let _ = nix::sys::socket::shutdown(std::os::fd::AsRawFd::as_raw_fd(&*self.listener), nix::sys::socket::Shutdown::Read);
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&*self.listener),
+            nix::sys::socket::Shutdown::Read,
+        );
         self.log.finish(self.writer.take())
     }
 }
@@ -88,7 +91,13 @@ fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Share
         if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
             shared.active.fetch_sub(1, Ordering::SeqCst);
             let mut c = client;
-            let _ = refuse(&mut c, 503, "Service Unavailable", "proxy_internal_error", "too many connections at once");
+            let _ = refuse(
+                &mut c,
+                503,
+                "Service Unavailable",
+                "proxy_internal_error",
+                "too many connections at once",
+            );
             continue;
         }
         let s = shared.clone();
@@ -183,13 +192,17 @@ fn serve(mut client: TcpStream, shared: &Shared) {
 /// The message of a destination the policy does not allow.
 fn denial(d: &Destination) -> String {
     let host = d.host_text();
-    let add = if policy::DEFAULT_PORTS.contains(&d.port) { host.clone() } else { format!("{host}:{}", d.port) };
+    let add =
+        if policy::DEFAULT_PORTS.contains(&d.port) { host.clone() } else { format!("{host}:{}", d.port) };
     format!("`{host}:{}` is not allowed by --net allow (add `{add}` to allow it)", d.port)
 }
 
+/// A request head, and the bytes the client sent after it.
+type Head = (Vec<u8>, Vec<u8>);
+
 /// Reads a request head: `None` when the client went away before sending
 /// one. Returns the head and what followed it.
-fn read_head(client: &mut TcpStream) -> Result<Option<(Vec<u8>, Vec<u8>)>, Refusal> {
+fn read_head(client: &mut TcpStream) -> Result<Option<Head>, Refusal> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
@@ -321,9 +334,12 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
         }
     }
     let (status, phrase, error, what) = match &last {
-        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-            (504, "Gateway Timeout", "connection_timeout", format!("did not answer within {CONNECT_TIMEOUT:?}"))
-        }
+        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => (
+            504,
+            "Gateway Timeout",
+            "connection_timeout",
+            format!("did not answer within {CONNECT_TIMEOUT:?}"),
+        ),
         Some(e) => (502, "Bad Gateway", "connection_refused", format!("cannot be reached: {e}")),
         None => (502, "Bad Gateway", "dns_error", "resolves to no address".to_string()),
     };
@@ -340,7 +356,14 @@ fn count(bytes: &Option<Arc<Bytes>>, log: &Log, out: u64, inn: u64) {
 
 /// A CONNECT tunnel: the way back starts at once; the way out first reads
 /// what a TLS client says its server is.
-fn tunnel(client: TcpStream, upstream: TcpStream, mut first: Vec<u8>, d: &Destination, bytes: Option<Arc<Bytes>>, shared: &Shared) {
+fn tunnel(
+    client: TcpStream,
+    upstream: TcpStream,
+    mut first: Vec<u8>,
+    d: &Destination,
+    bytes: Option<Arc<Bytes>>,
+    shared: &Shared,
+) {
     let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
     let verdict = loop {
@@ -353,7 +376,12 @@ fn tunnel(client: TcpStream, upstream: TcpStream, mut first: Vec<u8>, d: &Destin
             Hello::Malformed(why) => break Err(format!("an unreadable TLS hello: {why}")),
             Hello::NoName => match d.host {
                 Host::Addr(_) => break Ok(()),
-                _ => break Err(format!("the TLS hello names no server (the tunnel is to `{}`)", d.host_text())),
+                _ => {
+                    break Err(format!(
+                        "the TLS hello names no server (the tunnel is to `{}`)",
+                        d.host_text()
+                    ));
+                }
             },
             Hello::Name(n) => {
                 let same = matches!((&d.host, policy::name(&n)), (Host::Name(h), Some(s)) if *h == s);

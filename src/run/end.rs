@@ -52,27 +52,36 @@ pub(super) fn not_started(run: &RunDir, record: &mut Owner, e: Error, slot: Opti
     let code = e.exit_code();
     let msg = e.to_string();
     let outcome = Outcome { exit_code: Some(code as i32), signal: None, timed_out: false };
-    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, None, None, None) {
+    if let Err(w) = finish(run, record, outcome, Some(msg.clone()), slot, Found::default()) {
         eprintln!("runws: cannot record the failure of run `{}`: {w}", run.id);
     }
     eprintln!("runws: {msg}");
     code
 }
 
+/// What was found about a run once its command ended, for its final record.
+#[derive(Default)]
+pub(super) struct Found {
+    /// When the run's lease was found lost, if it was.
+    pub lease_lost_at: Option<String>,
+    /// Its limits and what it used.
+    pub resources: Option<ResourcesRecord>,
+    /// What its isolation adds to the record.
+    pub note: Option<crate::run::Note>,
+}
+
 /// Records how the command ended, unless the run was taken over meanwhile;
 /// through `slot` when the final record's temp file was made in advance;
-/// with when the run's lease was found lost, if it was.
+/// with what was `found` about it.
 pub(super) fn finish(
     run: &RunDir,
     record: &mut Owner,
     o: Outcome,
     error: Option<String>,
     slot: Option<Reserved<'_>>,
-    lease_lost_at: Option<String>,
-    resources: Option<ResourcesRecord>,
-    note: Option<crate::run::Note>,
+    found: Found,
 ) -> Result<(), Error> {
-    let mut note = note;
+    let Found { lease_lost_at, resources, mut note } = found;
     let oom = resources.as_ref().and_then(|r| r.oom_kills).is_some_and(|n| n > 0);
     let change = |m: &mut Manifest| {
         if m.status != Status::Running {

@@ -8,7 +8,7 @@ use anyhow::Context;
 use nix::sys::signalfd::SignalFd;
 use nix::sys::termios::Termios;
 
-use super::end::{exit_code, finish, not_started, record_failure};
+use super::end::{Found, exit_code, finish, not_started, record_failure};
 use super::isolation::Opened;
 use super::lease::RunLease;
 use super::monitor::{self, StartPing};
@@ -293,8 +293,15 @@ impl Started<'_> {
         // A lease lost while the command ran is found now at the latest,
         // however quickly the command ended after runws was stopped or starved.
         let lease_lost_at = lease.as_mut().and_then(|l| l.renew());
-        finish(run, &mut record, outcome, None, final_slot.take(), lease_lost_at, Some(resources), note)
-            .with_context(|| format!("cannot record the end of run `{id}`"))?;
+        finish(
+            run,
+            &mut record,
+            outcome,
+            None,
+            final_slot.take(),
+            Found { lease_lost_at, resources: Some(resources), note },
+        )
+        .with_context(|| format!("cannot record the end of run `{id}`"))?;
         if record.record().restored.is_some() {
             eprintln!(
                 "runws: warning: the manifest of run `{id}` was changed by its command; runws put back what it records itself (see `restored` in the manifest)"

@@ -161,6 +161,12 @@ impl Isolation for Isolated {
     fn ended(&mut self, run: &RunDir, outcome: &mut Outcome) -> Option<Note> {
         // Nothing of the run is alive: no connection is asked for any more.
         let net = self.serving.take().map(crate::egress::Serving::finish);
+        if let Some(n) = &net
+            && self.opts.kind == Kind::Audit
+            && !self.opts.json
+        {
+            eprint!("{}", crate::egress::log::audit_report(n, &run.id));
+        }
         let note: Option<Note> = net.map(|n| -> Note { Box::new(move |m: &mut Manifest| m.net = Some(n)) });
         let Some(setup) = self.setup.as_mut() else { return note };
         // A child that was the sandbox's PID 1 reports the command's status.

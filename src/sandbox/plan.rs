@@ -380,9 +380,10 @@ pub fn prepare(
     // layout is computed and the child started (see `NetworkNamespace`);
     // the init, still root of the host, enters it. Otherwise the init makes
     // it inside its user namespace, which must own it.
-    let pending_net = (uid == 0 && (opts.kind == Kind::Sandbox || opts.net == Net::Allow) && opts.net.isolated())
-        .then(super::ns::NetworkNamespace::start)
-        .and_then(|r| r.ok());
+    let pending_net =
+        (uid == 0 && (opts.kind == Kind::Sandbox || opts.net == Net::Allow) && opts.net.isolated())
+            .then(super::ns::NetworkNamespace::start)
+            .and_then(|r| r.ok());
     let (own_userns, own_net) = match own {
         Some(o) => (Some(child::high_fd(o.userns)?), o.net),
         None => (None, None),

@@ -14,6 +14,7 @@ mod broker_memory;
 mod build;
 mod cache;
 mod concurrency;
+mod egress;
 mod environment;
 mod examples;
 mod exit_codes;
