@@ -306,6 +306,7 @@ mod tests {
             &["run", "--sandbox=try", "--net", "host", "--rw", "/a", "--ro", "/b", "--hide", "/c", "--", "x"],
             &["run", "--sandbox", "--allow-userns", "--", "x"],
             &["run", "--sandbox=ns", "--net", "none", "--", "x"],
+            &["run", "--sandbox", "--net", "allow=a.test,@p", "--resolve", "a.test=127.0.0.1", "--", "x"],
             &["run", "--sandbox=landlock", "--rw", "/a", "--", "x"],
             &[
                 "run",
@@ -375,7 +376,8 @@ mod tests {
             &["run", "--limits=off", "--", "x"],
             &["run", "--limits=try", "--limits=on", "--", "x"],
             &["run", "--allow-userns", "--", "x"],
-            &["run", "--net", "NONE", "--sandbox", "--", "x"],
+            &["run", "--net", "--sandbox", "--", "x"],
+            &["run", "--sandbox", "--net", "--", "x"],
             &["run", "--kill-after", "1s", "--", "x"],
             &["run", "--base", "main", "--", "x"],
             &["run", "--wait", "1s", "--", "x"],
