@@ -31,6 +31,9 @@ const MAX_HEAD: usize = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TLS alert, fatal, `access_denied`: what a refused tunnel's client reads.
 const ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
+/// The pipe between the two sockets of a connection, and the most one
+/// `splice` moves.
+const PIPE: usize = 1 << 20;
 
 /// A running proxy.
 pub struct Proxy {
@@ -471,7 +474,9 @@ fn pump(from: &TcpStream, to: &TcpStream, way: Way, bytes: &Option<Arc<Bytes>>, 
     };
     let ended = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
         Ok((r, w)) => {
-            let _ = rustix::pipe::fcntl_setpipe_size(&w, 256 * 1024);
+            // A larger pipe moves a bulk transfer in fewer calls (the
+            // default 64 KiB, when the limit refuses it).
+            let _ = rustix::pipe::fcntl_setpipe_size(&w, PIPE);
             splice_all(from, to, &r, &w, &counter)
         }
         Err(_) => Err(()),
@@ -501,10 +506,9 @@ fn splice_all(
     counter: &dyn Fn(usize),
 ) -> Result<bool, ()> {
     use rustix::pipe::{SpliceFlags, splice};
-    let flags = SpliceFlags::MOVE | SpliceFlags::MORE;
     let mut moved = false;
     loop {
-        let n = match splice(from, None, w, None, 1 << 20, flags) {
+        let n = match splice(from, None, w, None, PIPE, SpliceFlags::MOVE) {
             Ok(0) => return Ok(true),
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
@@ -513,7 +517,8 @@ fn splice_all(
         };
         let mut left = n;
         while left > 0 {
-            match splice(r, None, to, None, left, flags) {
+            // No MORE: the last bytes of a reply are never held back.
+            match splice(r, None, to, None, left, SpliceFlags::MOVE) {
                 Ok(0) => return Ok(false),
                 Ok(m) => left -= m,
                 Err(rustix::io::Errno::INTR) => continue,
