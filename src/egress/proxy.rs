@@ -517,7 +517,9 @@ fn splice_all(
         };
         let mut left = n;
         while left > 0 {
-            // No MORE: the last bytes of a reply are never held back.
+            // Not SPLICE_F_MORE: it corks the socket, and a write that
+            // waits for its answer (a TLS handshake, a request) would sit
+            // about 200 ms unsent.
             match splice(r, None, to, None, left, SpliceFlags::MOVE) {
                 Ok(0) => return Ok(false),
                 Ok(m) => left -= m,
@@ -594,6 +596,69 @@ mod tests {
             assert!(e.contains(why), "{head:?}: {e}");
         }
         assert!(matches!(parse_head(b"CONNECT a.test:443 HTTP/1.1\r\n\r\n"), Ok(Ask::Connect(_))));
+    }
+
+    /// An echo server on the loopback: each read written back at once.
+    fn echo() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                let _ = c.set_nodelay(true);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 || c.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    /// A tunnel moves each small write on as it comes, both ways: a TLS
+    /// handshake or an HTTP/1.1 request on a kept connection waits for
+    /// each answer. (Spliced with `SPLICE_F_MORE`, the kernel held every
+    /// such write back for about 200 ms: 0.6 s for each HTTPS request of
+    /// curl, pip, npm or cargo through the proxy, 0.05 s without it.)
+    #[test]
+    fn a_tunnel_passes_each_small_write_on_at_once() {
+        let port = echo();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let egress = super::super::Egress {
+            policy: Policy {
+                patterns: vec![policy::pattern(&format!("127.0.0.1:{port}")).unwrap()],
+                ..Default::default()
+            },
+        };
+        let proxy = Proxy::start(listener, egress.policy.clone(), Log::new(egress.record(at.port()), None));
+        let mut c = TcpStream::connect(at).unwrap();
+        c.set_nodelay(true).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        while !reply.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).unwrap();
+            reply.push(b[0]);
+        }
+        assert!(reply.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&reply));
+        let started = Instant::now();
+        for i in 0..10u8 {
+            c.write_all(&[b'a' + i; 5]).unwrap();
+            let mut back = [0u8; 5];
+            c.read_exact(&mut back).unwrap();
+            assert_eq!(back, [b'a' + i; 5]);
+        }
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(1), "10 round trips through a tunnel took {took:?}");
+        drop(c);
+        let rec = proxy.finish();
+        assert_eq!(rec.connections.len(), 1);
     }
 
     #[test]
