@@ -19,15 +19,18 @@ use crate::sandbox::{Retry, Who, everyone, runws_as, skip};
 pub struct Web {
     pub port: u16,
     pub seen: Arc<Mutex<Vec<String>>>,
-    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    files: Arc<Mutex<Files>>,
 }
+
+/// What a [`Web`] serves: each file's body and `Content-Type`.
+type Files = HashMap<String, (Vec<u8>, &'static str)>;
 
 impl Web {
     pub fn start() -> Web {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::new(Mutex::new(HashMap::new()));
+        let files: Arc<Mutex<Files>> = Arc::new(Mutex::new(HashMap::new()));
         let (s, f) = (seen.clone(), files.clone());
         std::thread::spawn(move || {
             for c in l.incoming() {
@@ -40,7 +43,13 @@ impl Web {
     }
 
     pub fn put(&self, path: &str, body: impl Into<Vec<u8>>) {
-        self.files.lock().unwrap().insert(path.to_string(), body.into());
+        self.put_as(path, "application/octet-stream", body);
+    }
+
+    /// A file served with its own `Content-Type` (pip reads an index page
+    /// only when it says `text/html`).
+    pub fn put_as(&self, path: &str, content_type: &'static str, body: impl Into<Vec<u8>>) {
+        self.files.lock().unwrap().insert(path.to_string(), (body.into(), content_type));
     }
 
     /// Every file under `dir`, served at `prefix` + its relative path.
@@ -59,7 +68,7 @@ impl Web {
     }
 }
 
-fn serve_one(mut c: TcpStream, seen: &Mutex<Vec<String>>, files: &Mutex<HashMap<String, Vec<u8>>>) {
+fn serve_one(mut c: TcpStream, seen: &Mutex<Vec<String>>, files: &Mutex<Files>) {
     let _ = c.set_read_timeout(Some(Duration::from_secs(20)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -77,9 +86,9 @@ fn serve_one(mut c: TcpStream, seen: &Mutex<Vec<String>>, files: &Mutex<HashMap<
     let path = path.split('?').next().unwrap_or("");
     let body = files.lock().unwrap().get(path).cloned();
     let reply = match body {
-        Some(b) => {
+        Some((b, kind)) => {
             let mut r = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: {kind}\r\nConnection: close\r\n\r\n",
                 b.len()
             )
             .into_bytes();
