@@ -330,6 +330,13 @@ fn sandbox_falls_back_to_landlock_where_user_namespaces_are_blocked() {
         assert_eq!(std::fs::read_to_string(root.join("runs/auto/work/f")).unwrap(), "ran\n");
         // Named, namespaces are refused here rather than replaced.
         blocked(uid, &root, &["run", "--sandbox=ns", "--", "/bin/true"]).code(125);
+        // `--net allow` fails closed: never Landlock (which cannot hold a
+        // command to one address), never the host's network, even with try.
+        for mode in ["--sandbox", "--sandbox=try", "--sandbox=ns"] {
+            let out = blocked(uid, &root, &["run", mode, "--net", "allow=a.test", "--", "/bin/true"]);
+            out.code(125).one_line_error();
+            assert!(out.stderr.contains("--net allow") || out.stderr.contains("namespace"), "{mode}: {}", out.stderr);
+        }
     }
 }
 
