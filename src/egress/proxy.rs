@@ -7,8 +7,11 @@
 //! one-line reason (and RFC 9209's `Proxy-Status`). In a tunnel, a TLS
 //! ClientHello must name the host of the CONNECT line (on port 443 the
 //! tunnel must be TLS); its bytes are read, never changed, and the rest is
-//! moved with `splice` (no copy through runws's memory). One thread per
-//! connection, a second per tunnel for the way back; at most
+//! moved with `splice` (no copy through runws's memory). Plain HTTP is held
+//! to the allowed name too ([`http`]): a plain request goes out with its
+//! URL's host as `Host` and alone on its connection, and a tunnel to a name
+//! on port 80 without TLS carries only requests naming that host. One
+//! thread per connection, a second for the way back; at most
 //! [`MAX_CLIENTS`] at once.
 
 use std::io::{Read, Write};
@@ -17,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::http::{self, Framing};
 use super::log::{Bytes, Log};
 use super::policy::{self, Destination, Host, Policy};
 use super::tls::{self, Hello};
@@ -114,8 +118,9 @@ fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Share
 /// What a request head asks for.
 enum Ask {
     Connect(Destination),
-    /// A plain request: the destination and the head to send it.
-    Forward(Destination, Vec<u8>),
+    /// A plain request: the destination, the head to send it, and how its
+    /// body ends.
+    Forward(Destination, Vec<u8>, Framing),
 }
 
 /// A refusal before anything was connected: status, RFC 9209 error type,
@@ -151,7 +156,7 @@ fn serve(mut client: TcpStream, shared: &Shared) {
         }
     };
     let dest = match &ask {
-        Ask::Connect(d) | Ask::Forward(d, _) => d.clone(),
+        Ask::Connect(d) | Ask::Forward(d, _, _) => d.clone(),
     };
     let host = dest.host_text();
     if !shared.policy.allows(&dest) {
@@ -172,13 +177,23 @@ fn serve(mut client: TcpStream, shared: &Shared) {
     let _ = upstream.set_nodelay(true);
     let _ = client.set_read_timeout(None);
     match ask {
-        Ask::Forward(_, head) => {
-            let mut u = &upstream;
-            if u.write_all(&head).and_then(|()| u.write_all(&rest)).is_err() {
-                return;
+        Ask::Forward(_, head, framing) => {
+            let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
+            let counter = |n: usize| count(&bytes, &shared.log, n as u64, 0);
+            let mut feed = http::Feed::new(rest, &client);
+            // The one request this connection carries: its head and its
+            // body, nothing the client sends after them.
+            let sent = (&upstream).write_all(&head).is_ok_and(|()| {
+                counter(head.len());
+                feed.body(framing, &upstream, &counter).is_ok()
+            });
+            if !sent {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = upstream.shutdown(Shutdown::Both);
             }
-            count(&bytes, &shared.log, (head.len() + rest.len()) as u64, 0);
-            join(client, upstream, bytes, &shared.log);
+            if let Some(b) = back {
+                let _ = b.join();
+            }
         }
         Ask::Connect(_) => {
             if (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
@@ -258,33 +273,41 @@ fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
         p if p.starts_with('/') => p.to_string(),
         p => format!("/{p}"),
     };
-    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    if req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade")) {
+        return Err(bad("an Upgrade over plain HTTP (use TLS: https://, wss://)"));
+    }
+    let framing = http::framing(version, req.headers).map_err(bad)?;
     let mut out = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
-    let mut has_host = false;
+    // The server is told the URL's host, whatever `Host` the client wrote
+    // (RFC 9112 section 3.2.2): that is the name the policy allowed.
+    let host = match dest.port {
+        80 => dest.host_text(),
+        p => format!("{}:{p}", dest.host_text()),
+    };
+    out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         let hop = matches!(
             name.as_str(),
-            "proxy-connection" | "proxy-authorization" | "proxy-authenticate" | "keep-alive" | "te"
-        ) || (name == "connection" && !upgrade);
+            "host"
+                | "connection"
+                | "proxy-connection"
+                | "proxy-authorization"
+                | "proxy-authenticate"
+                | "keep-alive"
+                | "te"
+        );
         if hop {
             continue;
         }
-        has_host |= name == "host";
         out.extend_from_slice(h.name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(h.value);
         out.extend_from_slice(b"\r\n");
     }
-    if !has_host {
-        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
-    }
     // One request per connection: the next may name another host.
-    if !upgrade {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    Ok(Ask::Forward(dest, out))
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Ask::Forward(dest, out, framing))
 }
 
 /// Answers a refusal and closes.
@@ -372,10 +395,11 @@ fn tunnel(
             Hello::Partial if first.len() <= tls::MAX_HELLO + 1024 => {}
             Hello::Partial => break Err("a TLS hello too large to read".to_string()),
             Hello::NotTls if d.port == 443 => break Err("port 443 carries TLS only".to_string()),
-            Hello::NotTls => break Ok(()),
+            // Plain HTTP on port 80 of a name: every request must name it.
+            Hello::NotTls => break Ok(http::checked(d) && !shared.policy.open),
             Hello::Malformed(why) => break Err(format!("an unreadable TLS hello: {why}")),
             Hello::NoName => match d.host {
-                Host::Addr(_) => break Ok(()),
+                Host::Addr(_) => break Ok(false),
                 _ => {
                     break Err(format!(
                         "the TLS hello names no server (the tunnel is to `{}`)",
@@ -386,7 +410,7 @@ fn tunnel(
             Hello::Name(n) => {
                 let same = matches!((&d.host, policy::name(&n)), (Host::Name(h), Some(s)) if *h == s);
                 if same {
-                    break Ok(());
+                    break Ok(false);
                 }
                 break Err(format!("the TLS hello names `{}`, not `{}`", shown(&n), d.host_text()));
             }
@@ -413,7 +437,11 @@ fn tunnel(
             let _ = client.shutdown(Shutdown::Both);
             let _ = upstream.shutdown(Shutdown::Both);
         }
-        Ok(()) => {
+        Ok(true) => {
+            let _ = client.set_read_timeout(None);
+            gate(&client, &upstream, first, d, &bytes, shared);
+        }
+        Ok(false) => {
             let _ = client.set_read_timeout(None);
             if (&upstream).write_all(&first).is_ok() {
                 count(&bytes, &shared.log, first.len() as u64, 0);
@@ -428,18 +456,53 @@ fn tunnel(
     }
 }
 
+/// The way out of a plain-text tunnel to a name on port 80: request by
+/// request, each naming the tunnel's host (see [`http`]), each body passed
+/// on as its framing says.
+fn gate(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    first: Vec<u8>,
+    d: &Destination,
+    bytes: &Option<Arc<Bytes>>,
+    shared: &Shared,
+) {
+    let counter = |n: usize| count(bytes, &shared.log, n as u64, 0);
+    let mut feed = http::Feed::new(first, client);
+    let refused = loop {
+        let head = match feed.head() {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                // The client is done: the server may still answer.
+                let _ = upstream.shutdown(Shutdown::Write);
+                return;
+            }
+            Err(http::Stop::Ended) => break None,
+            Err(http::Stop::Refused(why)) => break Some((d.host_text(), why)),
+        };
+        let framing = match http::check_tunneled(&head, d) {
+            Ok(f) => f,
+            Err(named) => break Some(named),
+        };
+        if http::send(upstream, &head, &counter).is_err() {
+            break None;
+        }
+        match feed.body(framing, upstream, &counter) {
+            Ok(()) => {}
+            Err(http::Stop::Ended) => break None,
+            Err(http::Stop::Refused(why)) => break Some((d.host_text(), why)),
+        }
+    };
+    if let Some((host, why)) = refused {
+        shared.log.note(&host, d.port, false, Some(why));
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = upstream.shutdown(Shutdown::Both);
+}
+
 /// A name from a TLS hello as it may be shown: printable ASCII, bounded.
 fn shown(n: &str) -> String {
     n.chars().take(253).map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
-}
-
-/// Both ways of a plain request's connection, the head sent already.
-fn join(client: TcpStream, upstream: TcpStream, bytes: Option<Arc<Bytes>>, log: &Arc<Log>) {
-    let back = start_back(&client, &upstream, bytes.clone(), log.clone());
-    pump(&client, &upstream, Way::Out, &bytes, log);
-    if let Some(b) = back {
-        let _ = b.join();
-    }
 }
 
 /// The way back (destination to client) on a thread of its own.
@@ -548,7 +611,7 @@ mod tests {
 
     fn forward(head: &str) -> Result<(Destination, String), String> {
         match parse_head(head.as_bytes()) {
-            Ok(Ask::Forward(d, h)) => Ok((d, String::from_utf8(h).unwrap())),
+            Ok(Ask::Forward(d, h, _)) => Ok((d, String::from_utf8(h).unwrap())),
             Ok(Ask::Connect(_)) => Err("connect".into()),
             Err(r) => Err(r.why),
         }

@@ -15,6 +15,7 @@ mod build;
 mod cache;
 mod concurrency;
 mod egress;
+mod egress_attack;
 mod environment;
 mod examples;
 mod exit_codes;

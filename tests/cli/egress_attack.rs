@@ -1,0 +1,251 @@
+//! The command inside `--net allow` attacks runws's proxy: every way it
+//! tries to reach what the policy does not allow, through requests the
+//! proxy reads one way and a server another. Each destination is a server
+//! of the test's own on the host's loopback.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::egress::{entry, net_of, through};
+use crate::harness::*;
+use crate::sandbox::{everyone, skip};
+
+/// A lenient HTTP/1.1 server, as many are: it keeps every connection
+/// alive, answers each request head it reads (skipping a body of a
+/// `Content-Length`), and keeps every byte it was sent.
+struct Lenient {
+    port: u16,
+    got: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Lenient {
+    fn start() -> Lenient {
+        Lenient::on(Ipv4Addr::LOCALHOST, 0).unwrap()
+    }
+
+    fn on(addr: Ipv4Addr, port: u16) -> std::io::Result<Lenient> {
+        let l = TcpListener::bind((addr, port))?;
+        let port = l.local_addr()?.port();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(c) = c else { continue };
+                let g = g.clone();
+                std::thread::spawn(move || lenient_one(c, &g));
+            }
+        });
+        Ok(Lenient { port, got })
+    }
+
+    fn got(&self) -> String {
+        String::from_utf8_lossy(&self.got.lock().unwrap()).to_string()
+    }
+}
+
+fn lenient_one(mut c: TcpStream, got: &Mutex<Vec<u8>>) {
+    let _ = c.set_read_timeout(Some(Duration::from_secs(20)));
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() < end + 4 + len {
+                break;
+            }
+            buf.drain(..end + 4 + len);
+            if c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n").is_err() {
+                return;
+            }
+        }
+        match c.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                got.lock().unwrap().extend_from_slice(&chunk[..n]);
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+/// A Python script that sends each of `sends` (name, bytes as a Python
+/// literal) on a connection of its own to the proxy and prints what came
+/// back, up to `\n===`.
+fn raw_script(sends: &[(&str, String)]) -> String {
+    let mut s = String::from(
+        r#"python3 - <<'EOF'
+import os, socket, time
+p = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+def go(label, data):
+    s = socket.create_connection(("127.0.0.1", p), timeout=2)
+    try:
+        s.sendall(data)
+    except OSError as e:
+        print(label, "send failed", e)
+    out = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    except OSError as e:
+        out += (" <%s>" % type(e).__name__).encode()
+    print(label, repr(out[:400]))
+    print("===")
+"#,
+    );
+    for (label, data) in sends {
+        s.push_str(&format!("go({label:?}, {data})\n"));
+    }
+    s.push_str("EOF\n");
+    s
+}
+
+/// A plain request is the only request of its connection, sent with the
+/// URL's host as its `Host`: a `Host` header naming another site, a second
+/// request pipelined after the first (after no body, after a
+/// `Content-Length` body, after a chunked one), an `Upgrade` that would
+/// keep the connection open, and a request whose framing a server could
+/// read two ways never bring a request for another name to the allowed
+/// server (a shared host or CDN serves whatever name `Host` says).
+#[test]
+fn a_plain_request_reaches_only_the_host_its_url_names() {
+    for who in everyone() {
+        if skip(who, "plain_host") {
+            continue;
+        }
+        let env = Env::new();
+        let web = Lenient::start();
+        let p = web.port;
+        let url = format!("http://web.test:{p}");
+        let sends = vec![
+            ("host", format!(r#"b"GET {url}/a HTTP/1.1\r\nHost: evil1.test\r\n\r\n""#)),
+            (
+                "pipelined",
+                format!(
+                    r#"b"GET {url}/b HTTP/1.1\r\nHost: web.test\r\n\r\nGET /b2 HTTP/1.1\r\nHost: evil2.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "upgrade",
+                format!(
+                    r#"b"GET {url}/c HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: x\r\n\r\nGET /c2 HTTP/1.1\r\nHost: evil3.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "after-length",
+                format!(
+                    r#"b"POST {url}/d HTTP/1.1\r\nContent-Length: 4\r\n\r\nbodyGET /d2 HTTP/1.1\r\nHost: evil4.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "after-chunked",
+                format!(
+                    r#"b"POST {url}/e HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\nGET /e2 HTTP/1.1\r\nHost: evil5.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "smuggled",
+                format!(
+                    r#"b"POST {url}/f HTTP/1.1\r\nContent-Length: 44\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /f2 HTTP/1.1\r\nHost: evil6.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "absolute-second",
+                format!(r#"b"GET {url}/g HTTP/1.1\r\n\r\nGET http://evil7.test/g2 HTTP/1.1\r\n\r\n""#),
+            ),
+        ];
+        let out = through(&env, who, &format!("web.test:{p}"), &["web.test"], &[], &raw_script(&sends));
+        out.ok();
+        let got = web.got();
+        assert!(!got.contains("evil"), "{who:?}: a request for another name reached the server:\n{got}");
+        for path in ["/a", "/b", "/d", "/e", "/g"] {
+            let line = format!("GET {path} HTTP/1.1\r\nHost: web.test:{p}\r\n");
+            let post = format!("POST {path} HTTP/1.1\r\nHost: web.test:{p}\r\n");
+            assert!(got.contains(&line) || got.contains(&post), "{who:?}: {path} missing:\n{got}");
+        }
+        // Each allowed request was answered; the refused ones say why.
+        let text = out.stdout.clone();
+        assert!(text.contains("host b'HTTP/1.1 200 OK"), "{text}");
+        assert!(text.contains("an Upgrade over plain HTTP"), "{text}");
+        assert!(text.contains("both Content-Length and Transfer-Encoding"), "{text}");
+    }
+}
+
+/// A tunnel to an allowed name on port 80 that does not carry TLS carries
+/// requests for that name only: a request naming another (its `Host`, its
+/// URL) cuts the tunnel before it reaches the server, and is recorded as
+/// denied under the name it gave; requests naming the tunnel's host go
+/// through, one after another, bodies included.
+#[test]
+fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
+    // Port 80 of an address of its own on loopback (root only).
+    let addr = Ipv4Addr::new(127, 0, 80, 1 + (std::process::id() % 200) as u8);
+    let web = match Lenient::on(addr, 80) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("skipped the port-80 tunnel test: cannot listen on {addr}:80: {e}");
+            return;
+        }
+    };
+    for who in everyone() {
+        if skip(who, "tunnel_80") {
+            continue;
+        }
+        web.got.lock().unwrap().clear();
+        let env = Env::new();
+        let connect = r#"b"CONNECT web.test:80 HTTP/1.1\r\nHost: web.test:80\r\n\r\n""#;
+        let sends = vec![
+            (
+                "good",
+                format!(
+                    r#"{connect} + b"GET /one HTTP/1.1\r\nHost: web.test\r\n\r\nPOST /two HTTP/1.1\r\nHost: WEB.test:80\r\nContent-Length: 3\r\n\r\nabcGET /three HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n""#
+                ),
+            ),
+            ("host", format!(r#"{connect} + b"GET /x HTTP/1.1\r\nHost: evil1.test\r\n\r\n""#)),
+            (
+                "second",
+                format!(
+                    r#"{connect} + b"GET /y HTTP/1.1\r\nHost: web.test\r\n\r\nGET /y2 HTTP/1.1\r\nHost: evil2.test\r\n\r\n""#
+                ),
+            ),
+            (
+                "in-body",
+                format!(
+                    r#"{connect} + b"POST /z HTTP/1.1\r\nHost: web.test\r\nContent-Length: 2\r\n\r\nokGET /z2 HTTP/1.1\r\nHost: evil3.test\r\n\r\n""#
+                ),
+            ),
+            ("url", format!(r#"{connect} + b"GET http://evil4.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n""#)),
+            ("nohost", format!(r#"{connect} + b"GET /evil5 HTTP/1.0\r\n\r\n""#)),
+        ];
+        let resolve = format!("web.test={addr}");
+        let out = through(&env, who, "web.test", &[], &["--resolve", &resolve], &raw_script(&sends));
+        out.ok();
+        let got = web.got();
+        assert!(!got.contains("evil"), "{who:?}: a request for another name reached the server:\n{got}");
+        for line in ["GET /one HTTP/1.1", "POST /two HTTP/1.1", "GET /three HTTP/1.1", "GET /y ", "POST /z "]
+        {
+            assert!(got.contains(line), "{who:?}: `{line}` missing:\n{got}");
+        }
+        let text = out.stdout.clone();
+        assert!(
+            text.contains("good b'HTTP/1.1 200 Connection established\\r\\n\\r\\nHTTP/1.1 200 OK"),
+            "{text}"
+        );
+        let good = text.lines().find(|l| l.starts_with("good ")).unwrap_or_default();
+        assert_eq!(good.matches("200 OK").count(), 3, "{text}");
+        let net = net_of(&env);
+        let denied = entry(&net, "evil1.test", 80, false).unwrap_or_else(|| panic!("{net}"));
+        assert!(denied["why"].as_str().unwrap().contains("names `evil1.test`, not `web.test`"), "{denied}");
+        assert!(entry(&net, "evil2.test", 80, false).is_some(), "{net}");
+        assert!(entry(&net, "evil3.test", 80, false).is_some(), "{net}");
+    }
+}
