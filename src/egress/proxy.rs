@@ -10,12 +10,13 @@
 //! moved with `splice` (no copy through runws's memory). Plain HTTP is held
 //! to the allowed name too ([`http`]): a plain request goes out with its
 //! URL's host as `Host` and alone on its connection, and a tunnel to a name
-//! on port 80 without TLS carries only requests naming that host. One
-//! thread per connection, a second for the way back; at most
-//! [`MAX_CLIENTS`] at once.
+//! on port 80 without TLS carries only requests naming that host. A name is
+//! never let lead to this host's own addresses through DNS (`--resolve`
+//! does that on purpose). One thread per connection, a second for the way
+//! back; at most [`MAX_CLIENTS`] at once.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -168,7 +169,7 @@ fn serve(mut client: TcpStream, shared: &Shared) {
     let upstream = match connect(&dest, &shared.policy) {
         Ok(u) => u,
         Err(r) => {
-            shared.log.note(&host, dest.port, true, Some(r.why.clone()));
+            shared.log.note(&host, dest.port, r.status != 403, Some(r.why.clone()));
             let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
             return;
         }
@@ -332,7 +333,29 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
         Host::Name(n) | Host::Below(n) => match policy.pinned(n) {
             Some(a) => vec![SocketAddr::new(a, d.port)],
             None => match (n.as_str(), d.port).to_socket_addrs() {
-                Ok(a) => a.collect(),
+                Ok(a) if policy.open => a.collect(),
+                Ok(a) => {
+                    // An answer from DNS is its owner's to choose: it does
+                    // not lead to this host itself.
+                    let found: Vec<SocketAddr> = a.collect();
+                    let own = own_addresses();
+                    let (local, far): (Vec<SocketAddr>, Vec<SocketAddr>) =
+                        found.into_iter().partition(|a| host_local(a.ip(), &own));
+                    if let (Some(first), true) = (local.first(), far.is_empty()) {
+                        return Err(Refusal {
+                            status: 403,
+                            phrase: "Forbidden",
+                            error: "destination_ip_prohibited",
+                            why: format!(
+                                "`{host}` resolves to {}, an address of this host or of no host; \
+                                 --resolve {host}={} reaches it",
+                                first.ip(),
+                                first.ip()
+                            ),
+                        });
+                    }
+                    far
+                }
                 Err(e) => {
                     return Err(Refusal {
                         status: 502,
@@ -367,6 +390,48 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
         None => (502, "Bad Gateway", "dns_error", "resolves to no address".to_string()),
     };
     Err(Refusal { status, phrase, error, why: format!("`{host}:{}` {what}", d.port) })
+}
+
+/// Whether `a` leads to this host or nowhere: loopback, unspecified,
+/// "this network", link-local (where cloud metadata services answer),
+/// multicast, broadcast, or an address of one of this host's interfaces.
+fn host_local(a: IpAddr, own: &[IpAddr]) -> bool {
+    let a = match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+        v4 => v4,
+    };
+    own.contains(&a)
+        || match a {
+            IpAddr::V4(v4) => {
+                v4.is_loopback()
+                    || v4.is_unspecified()
+                    || v4.is_link_local()
+                    || v4.is_multicast()
+                    || v4.is_broadcast()
+                    || v4.octets()[0] == 0
+            }
+            IpAddr::V6(v6) => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (v6.segments()[0] & 0xffc0) == 0xfe80
+                    || v6.to_ipv4().is_some_and(|v4| v4.is_loopback() || v4.is_unspecified())
+            }
+        }
+}
+
+/// The addresses of this host's interfaces (in runws's network namespace).
+fn own_addresses() -> Vec<IpAddr> {
+    let Ok(ifs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    ifs.filter_map(|i| {
+        let a = i.address?;
+        if let Some(v4) = a.as_sockaddr_in() {
+            Some(IpAddr::V4(v4.ip()))
+        } else {
+            a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+        }
+    })
+    .collect()
 }
 
 fn count(bytes: &Option<Arc<Bytes>>, log: &Log, out: u64, inn: u64) {
@@ -652,6 +717,32 @@ mod tests {
             assert!(e.contains(why), "{head:?}: {e}");
         }
         assert!(matches!(parse_head(b"CONNECT a.test:443 HTTP/1.1\r\n\r\n"), Ok(Ask::Connect(_))));
+    }
+
+    #[test]
+    fn addresses_of_this_host_or_of_none_are_host_local() {
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        for a in [
+            "127.0.0.1",
+            "127.9.9.9",
+            "0.0.0.0",
+            "0.1.2.3",
+            "169.254.169.254",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(host_local(ip(a), &[]), "{a}");
+        }
+        for a in ["192.0.2.7", "10.0.0.1", "2001:db8::1", "::ffff:192.0.2.7"] {
+            assert!(!host_local(ip(a), &[]), "{a}");
+        }
+        assert!(host_local(ip("::ffff:192.0.2.7"), &[ip("192.0.2.7")]));
     }
 
     #[test]

@@ -249,3 +249,34 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
         assert!(entry(&net, "evil3.test", 80, false).is_some(), "{net}");
     }
 }
+
+/// A name the policy allows leads nowhere on this host through DNS: when
+/// it resolves to loopback (here through the host's own files, as a name
+/// whose owner answers `127.0.0.1` would), the proxy refuses to connect
+/// there instead of reaching the host's own services; `--resolve` pins it
+/// there on purpose.
+#[test]
+fn an_allowed_name_that_resolves_to_this_host_does_not_reach_it() {
+    for who in everyone() {
+        if skip(who, "host_local") {
+            continue;
+        }
+        let env = Env::new();
+        let web = Lenient::start();
+        let p = web.port;
+        let script = format!(
+            "curl -sS --max-time 5 --noproxy '' -x \"$HTTP_PROXY\" http://localhost:{p}/plain; echo \" plain=$?\"; \
+             curl -sS --max-time 5 --noproxy '' -p -x \"$HTTP_PROXY\" http://localhost:{p}/tunnel; echo \" tunnel=$?\""
+        );
+        let out = through(&env, who, &format!("localhost:{p}"), &[], &[], &script);
+        out.ok().stdout_has("resolves to ").stdout_has("an address of this host").stdout_lacks("ok\n");
+        assert_eq!(web.got(), "", "{who:?}: the host's loopback was reached");
+        let net = net_of(&env);
+        let e = entry(&net, "localhost", p, false).unwrap_or_else(|| panic!("{net}"));
+        assert_eq!(e["count"], 2, "{e}");
+        // Pinned on purpose, it is reached.
+        let pinned = through(&env, who, &format!("localhost:{p}"), &["localhost"], &[], &script);
+        pinned.ok().stdout_has("ok\n plain=0");
+        assert!(web.got().contains("GET /plain HTTP/1.1"), "{}", web.got());
+    }
+}
