@@ -115,9 +115,14 @@ pub fn check_tunneled(head: &[u8], d: &Destination) -> Result<Framing, (String, 
         return Err((own(), "a request in a tunnel must have one Host header".into()));
     };
     if !names(trim(host), d) {
-        let shown = String::from_utf8_lossy(trim(host)).to_string();
-        let why = format!("the request names `{}`, not `{}`", crate::shown::text(&shown), own());
-        return Err((crate::shown::text(&shown), why));
+        // As it may be recorded: printable ASCII, a name's length at most.
+        let shown: String = String::from_utf8_lossy(trim(host))
+            .chars()
+            .take(253)
+            .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+            .collect();
+        let why = format!("the request names `{shown}`, not `{}`", own());
+        return Err((shown, why));
     }
     let lower = target.get(..7).map(str::to_ascii_lowercase).unwrap_or_default();
     if lower == "http://" {
@@ -333,6 +338,7 @@ mod tests {
         for (head, why) in [
             ("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", "names `evil.test`"),
             ("GET / HTTP/1.1\r\nHost: web.test:8080\r\n\r\n", "names `web.test:8080`"),
+            ("GET / HTTP/1.1\r\nHost: evil\u{e9}.test\r\n\r\n", "names `evil?.test`"),
             ("GET / HTTP/1.1\r\n\r\n", "one Host header"),
             ("GET / HTTP/1.1\r\nHost: web.test\r\nHost: evil.test\r\n\r\n", "one Host header"),
             ("GET http://evil.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n", "URL names another host"),
@@ -351,6 +357,9 @@ mod tests {
             let (_, e) = ok(head).unwrap_err();
             assert!(e.contains(why), "{head:?}: {e}");
         }
+        let long = format!("GET / HTTP/1.1\r\nHost: {}.test\r\n\r\n", "a".repeat(60_000));
+        let (named, _) = ok(&long).unwrap_err();
+        assert_eq!(named.len(), 253);
     }
 
     #[test]

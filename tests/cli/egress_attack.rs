@@ -280,3 +280,38 @@ fn an_allowed_name_that_resolves_to_this_host_does_not_reach_it() {
         assert!(web.got().contains("GET /plain HTTP/1.1"), "{}", web.got());
     }
 }
+
+/// The record keeps where the command's bytes went: asking first for more
+/// refused destinations than the record itemises does not push the one it
+/// then reaches out of it into the uncounted rest.
+#[test]
+fn a_flood_of_refused_names_does_not_hide_the_destination_reached() {
+    for who in everyone() {
+        if skip(who, "log_flood") {
+            continue;
+        }
+        let env = Env::new();
+        let web = crate::egress::Web::start();
+        web.put("/secret", "exfiltrated\n");
+        let p = web.port;
+        let script = format!(
+            r#"python3 - <<'EOF'
+import os, socket
+p = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+for i in range(1100):
+    s = socket.create_connection(("127.0.0.1", p), timeout=5)
+    s.sendall(b"GET http://x%d.test/ HTTP/1.1\r\n\r\n" % i)
+    s.recv(100)
+    s.close()
+EOF
+curl -sS http://web.test:{p}/secret"#
+        );
+        let out = through(&env, who, &format!("web.test:{p}"), &["web.test"], &[], &script);
+        out.ok().stdout_has("exfiltrated");
+        let net = net_of(&env);
+        let e = entry(&net, "web.test", p, true).unwrap_or_else(|| panic!("{who:?}: not itemised: {net}"));
+        assert!(e["bytes_in"].as_u64().unwrap() > 10, "{e}");
+        assert_eq!(net["connections"].as_array().unwrap().len(), 1000);
+        assert_eq!(net["more"], 101, "{net}");
+    }
+}
