@@ -454,14 +454,20 @@ fn tunnel(
 ) {
     let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let gated = http::checked(d) && !shared.policy.open;
     let verdict = loop {
         let hello = tls::client_hello(&first);
         match hello {
+            // A hello a plain HTTP server would skip as a bad request line,
+            // and then read the request after it.
+            _ if gated && first.first() == Some(&22) => {
+                break Err("port 80 carries plain HTTP only (TLS goes to port 443)".to_string());
+            }
             Hello::Partial if first.len() <= tls::MAX_HELLO + 1024 => {}
             Hello::Partial => break Err("a TLS hello too large to read".to_string()),
             Hello::NotTls if d.port == 443 => break Err("port 443 carries TLS only".to_string()),
             // Plain HTTP on port 80 of a name: every request must name it.
-            Hello::NotTls => break Ok(http::checked(d) && !shared.policy.open),
+            Hello::NotTls => break Ok(gated),
             Hello::Malformed(why) => break Err(format!("an unreadable TLS hello: {why}")),
             Hello::NoName => match d.host {
                 Host::Addr(_) => break Ok(false),

@@ -109,6 +109,21 @@ def go(label, data):
     s
 }
 
+/// `hello(name, pad)` in Python: a TLS ClientHello naming `name`, its last
+/// extension a padding of the bytes `pad`, in one record.
+const HELLO_PY: &str = r#"
+import struct
+def hello(name, pad):
+    sni = struct.pack("!HB H", len(name) + 3, 0, len(name)) + name
+    exts = struct.pack("!HH", 0, len(sni)) + sni
+    exts += struct.pack("!HH", 0x2b, 3) + b"\x02\x03\x04"
+    exts += struct.pack("!HH", 21, len(pad)) + pad
+    body = b"\x03\x03" + b"\x07" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+    body += struct.pack("!H", len(exts)) + exts
+    msg = b"\x01" + struct.pack("!I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack("!H", len(msg)) + msg
+"#;
+
 /// A plain request is the only request of its connection, sent with the
 /// URL's host as its `Host`: a `Host` header naming another site, a second
 /// request pipelined after the first (after no body, after a
@@ -225,9 +240,19 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
             ),
             ("url", format!(r#"{connect} + b"GET http://evil4.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n""#)),
             ("nohost", format!(r#"{connect} + b"GET /evil5 HTTP/1.0\r\n\r\n""#)),
+            // A TLS hello naming the tunnel's host, ending (in a padding
+            // extension) as a request head does: a server skips it as a
+            // bad request and reads the one after it.
+            (
+                "tls",
+                format!(
+                    r#"{connect} + hello(b"web.test", b"\r\n\r\n") + b"GET /x HTTP/1.1\r\nHost: evil6.test\r\n\r\n""#
+                ),
+            ),
         ];
         let resolve = format!("web.test={addr}");
-        let out = through(&env, who, "web.test", &[], &["--resolve", &resolve], &raw_script(&sends));
+        let script = raw_script(&sends).replacen("def go(", &format!("{HELLO_PY}\ndef go("), 1);
+        let out = through(&env, who, "web.test", &[], &["--resolve", &resolve], &script);
         out.ok();
         let got = web.got();
         assert!(!got.contains("evil"), "{who:?}: a request for another name reached the server:\n{got}");
@@ -247,6 +272,8 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
         assert!(denied["why"].as_str().unwrap().contains("names `evil1.test`, not `web.test`"), "{denied}");
         assert!(entry(&net, "evil2.test", 80, false).is_some(), "{net}");
         assert!(entry(&net, "evil3.test", 80, false).is_some(), "{net}");
+        let tls = entry(&net, "web.test", 80, false).unwrap_or_else(|| panic!("{net}"));
+        assert!(tls["why"].as_str().unwrap().contains("port 80 carries plain HTTP only"), "{tls}");
     }
 }
 
