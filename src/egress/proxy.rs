@@ -56,6 +56,7 @@ impl Proxy {
     /// Serves `listener` under `policy`, logging into `log`, until
     /// [`Proxy::finish`].
     pub fn start(listener: TcpListener, policy: Policy, log: Arc<Log>) -> Proxy {
+        room_for_clients();
         let listener = Arc::new(listener);
         let stopping = Arc::new(AtomicBool::new(false));
         let writer = Some(log.keep_written());
@@ -76,6 +77,28 @@ impl Proxy {
         );
         self.log.finish(self.writer.take())
     }
+}
+
+/// Descriptors one connection may hold: the client, the destination, a
+/// second handle on each for the way back, and a pipe each way.
+const FDS_PER_CLIENT: u64 = 8;
+
+/// Raises runws's soft limit on open descriptors (often 1024) towards its
+/// hard limit, so that [`MAX_CLIENTS`] connections fit with room to spare
+/// for the rest of the run's recording. The command was started already
+/// and keeps the limit it had.
+fn room_for_clients() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let want = MAX_CLIENTS as u64 * FDS_PER_CLIENT + 1024;
+    let mut limit = getrlimit(Resource::Nofile);
+    let raised = match (limit.current, limit.maximum) {
+        (None, _) => return,
+        (Some(cur), _) if cur >= want => return,
+        (Some(_), None) => want,
+        (Some(_), Some(max)) => want.min(max),
+    };
+    limit.current = Some(raised);
+    let _ = setrlimit(Resource::Nofile, limit);
 }
 
 fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Shared>) {

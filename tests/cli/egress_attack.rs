@@ -342,3 +342,53 @@ curl -sS http://web.test:{p}/secret"#
         assert_eq!(net["more"], 101, "{net}");
     }
 }
+
+/// As many tunnels at once as the proxy serves are served where runws
+/// starts with the usual soft limit of 1024 open descriptors (each tunnel
+/// holds several): none is refused with "Too many open files", and the
+/// run's end is recorded.
+#[test]
+fn hundreds_of_tunnels_at_once_fit_under_a_soft_limit_of_1024_descriptors() {
+    use std::os::unix::process::CommandExt;
+    for who in everyone() {
+        if skip(who, "fd_limit") {
+            continue;
+        }
+        let env = Env::new();
+        let web = Lenient::start();
+        let p = web.port;
+        let script = format!(
+            r#"python3 - <<'EOF'
+import os, socket
+p = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+held, refused = [], []
+for i in range(400):
+    s = socket.create_connection(("127.0.0.1", p), timeout=10)
+    s.sendall(b"CONNECT web.test:{p} HTTP/1.1\r\n\r\nhi")
+    r = s.recv(200)
+    (held if r.startswith(b"HTTP/1.1 200") else refused).append(r)
+    held.append(s)
+print("refused", len(refused), refused[:1])
+EOF"#
+        );
+        let mut args: Vec<String> = ["run", "--sandbox", "--net"].map(String::from).to_vec();
+        args.push(format!("allow=web.test:{p}"));
+        args.extend(["--resolve".into(), "web.test=127.0.0.1".into(), "--".into(), "sh".into(), "-c".into()]);
+        args.push(script);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = crate::sandbox::runws_as(&env, who, &args);
+        // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)?;
+                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 1024, hard)?;
+                Ok(())
+            });
+        }
+        let out = Out::from(crate::sandbox::Retry::output_retrying(&mut cmd));
+        out.ok().stdout_has("refused 0 []");
+        let net = net_of(&env);
+        assert_eq!(net["complete"], true);
+        assert_eq!(entry(&net, "web.test", p, true).unwrap()["count"], 400, "{net}");
+    }
+}
