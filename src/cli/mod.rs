@@ -723,7 +723,8 @@ pub struct RunArgs {
     pub net: Option<String>,
 
     /// With --net allow: resolve NAME to ADDR in the proxy instead of asking DNS
-    /// (repeatable; as curl's --resolve)
+    /// (repeatable; as curl's --resolve). The way to let a name reach this host's
+    /// own addresses (loopback, link-local): from DNS, those are refused
     #[arg(long = "resolve", value_name = "NAME=ADDR")]
     pub resolve: Vec<String>,
 

@@ -2,7 +2,9 @@
 //! allowed or not), counted as connections come and bytes flow, and written
 //! as it goes to the run's `net.json`, so that a killed runws leaves what
 //! it saw. Bounded: past [`MAX_DESTINATIONS`] destinations, connections are
-//! only counted.
+//! only counted; a destination reached takes the place of one refused or
+//! failed, so that asking for a thousand refused names first does not keep
+//! where the command's bytes went out of the record.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +37,8 @@ struct Entry {
     first: String,
     last: String,
     why: Option<String>,
+    /// Connected to at least once.
+    reached: bool,
     bytes: Arc<Bytes>,
 }
 
@@ -80,14 +84,31 @@ impl Log {
             let e = &mut t.entries[i];
             e.count += 1;
             e.last = now;
+            e.reached |= allowed && why.is_none();
             if why.is_some() {
                 e.why = why;
             }
             return Some(e.bytes.clone());
         }
+        let reached = allowed && why.is_none();
         if t.entries.len() >= MAX_DESTINATIONS {
-            t.more += 1;
-            return None;
+            // The latest entry never reached gives its place to one reached.
+            match t.entries.iter().rposition(|e| !e.reached).filter(|_| reached) {
+                Some(i) => {
+                    let gone = t.entries.remove(i);
+                    t.more += gone.count;
+                    t.index.remove(&(gone.host, gone.port, gone.allowed));
+                    for v in t.index.values_mut() {
+                        if *v > i {
+                            *v -= 1;
+                        }
+                    }
+                }
+                None => {
+                    t.more += 1;
+                    return None;
+                }
+            }
         }
         let bytes = Arc::new(Bytes::default());
         let i = t.entries.len();
@@ -99,6 +120,7 @@ impl Log {
             first: now.clone(),
             last: now,
             why,
+            reached,
             bytes: bytes.clone(),
         });
         t.index.insert(key, i);
@@ -317,6 +339,24 @@ mod tests {
         assert_eq!(r.connections.len(), MAX_DESTINATIONS);
         assert_eq!(r.more, 7);
         assert!(r.complete);
+        // A destination reached takes the place of the latest refused one;
+        // once only reached ones are left, the next is counted only.
+        let late = log.note("late.test", 443, true, None).unwrap();
+        late.inn.fetch_add(5, Ordering::Relaxed);
+        let r = log.snapshot(true);
+        assert_eq!(r.connections.len(), MAX_DESTINATIONS);
+        assert_eq!(r.more, 8);
+        let last = r.connections.last().unwrap();
+        assert_eq!((last.host.as_str(), last.bytes_in), ("late.test", 5));
+        assert!(!r.connections.iter().any(|c| c.host == format!("h{}.test", MAX_DESTINATIONS - 3)));
+        assert_eq!(log.note("late.test", 443, true, None).unwrap().inn.load(Ordering::Relaxed), 5);
+        assert!(log.note("h0.test", 80, false, None).is_some());
+        let full = Log::new(template(), None);
+        for i in 0..MAX_DESTINATIONS {
+            full.note(&format!("r{i}.test"), 443, true, None);
+        }
+        assert!(full.note("one-more.test", 443, true, None).is_none());
+        assert_eq!(full.snapshot(true).more, 1);
     }
 
     #[test]

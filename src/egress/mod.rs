@@ -16,6 +16,7 @@
 //!
 //! The environment names the proxy for the tools that read it ([`vars`]).
 
+pub mod http;
 pub mod log;
 pub mod policy;
 pub mod proxy;

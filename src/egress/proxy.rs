@@ -7,16 +7,21 @@
 //! one-line reason (and RFC 9209's `Proxy-Status`). In a tunnel, a TLS
 //! ClientHello must name the host of the CONNECT line (on port 443 the
 //! tunnel must be TLS); its bytes are read, never changed, and the rest is
-//! moved with `splice` (no copy through runws's memory). One thread per
-//! connection, a second per tunnel for the way back; at most
-//! [`MAX_CLIENTS`] at once.
+//! moved with `splice` (no copy through runws's memory). Plain HTTP is held
+//! to the allowed name too ([`http`]): a plain request goes out with its
+//! URL's host as `Host` and alone on its connection, and a tunnel to a name
+//! on port 80 without TLS carries only requests naming that host. A name is
+//! never let lead to this host's own addresses through DNS (`--resolve`
+//! does that on purpose). One thread per connection, a second for the way
+//! back; at most [`MAX_CLIENTS`] at once.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::http::{self, Framing};
 use super::log::{Bytes, Log};
 use super::policy::{self, Destination, Host, Policy};
 use super::tls::{self, Hello};
@@ -54,6 +59,7 @@ impl Proxy {
     /// Serves `listener` under `policy`, logging into `log`, until
     /// [`Proxy::finish`].
     pub fn start(listener: TcpListener, policy: Policy, log: Arc<Log>) -> Proxy {
+        room_for_clients();
         let listener = Arc::new(listener);
         let stopping = Arc::new(AtomicBool::new(false));
         let writer = Some(log.keep_written());
@@ -74,6 +80,28 @@ impl Proxy {
         );
         self.log.finish(self.writer.take())
     }
+}
+
+/// Descriptors one connection may hold: the client, the destination, a
+/// second handle on each for the way back, and a pipe each way.
+const FDS_PER_CLIENT: u64 = 8;
+
+/// Raises runws's soft limit on open descriptors (often 1024) towards its
+/// hard limit, so that [`MAX_CLIENTS`] connections fit with room to spare
+/// for the rest of the run's recording. The command was started already
+/// and keeps the limit it had.
+fn room_for_clients() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let want = MAX_CLIENTS as u64 * FDS_PER_CLIENT + 1024;
+    let mut limit = getrlimit(Resource::Nofile);
+    let raised = match (limit.current, limit.maximum) {
+        (None, _) => return,
+        (Some(cur), _) if cur >= want => return,
+        (Some(_), None) => want,
+        (Some(_), Some(max)) => want.min(max),
+    };
+    limit.current = Some(raised);
+    let _ = setrlimit(Resource::Nofile, limit);
 }
 
 fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Shared>) {
@@ -117,8 +145,9 @@ fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Share
 /// What a request head asks for.
 enum Ask {
     Connect(Destination),
-    /// A plain request: the destination and the head to send it.
-    Forward(Destination, Vec<u8>),
+    /// A plain request: the destination, the head to send it, and how its
+    /// body ends.
+    Forward(Destination, Vec<u8>, Framing),
 }
 
 /// A refusal before anything was connected: status, RFC 9209 error type,
@@ -154,7 +183,7 @@ fn serve(mut client: TcpStream, shared: &Shared) {
         }
     };
     let dest = match &ask {
-        Ask::Connect(d) | Ask::Forward(d, _) => d.clone(),
+        Ask::Connect(d) | Ask::Forward(d, _, _) => d.clone(),
     };
     let host = dest.host_text();
     if !shared.policy.allows(&dest) {
@@ -166,7 +195,7 @@ fn serve(mut client: TcpStream, shared: &Shared) {
     let upstream = match connect(&dest, &shared.policy) {
         Ok(u) => u,
         Err(r) => {
-            shared.log.note(&host, dest.port, true, Some(r.why.clone()));
+            shared.log.note(&host, dest.port, r.status != 403, Some(r.why.clone()));
             let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
             return;
         }
@@ -175,13 +204,23 @@ fn serve(mut client: TcpStream, shared: &Shared) {
     let _ = upstream.set_nodelay(true);
     let _ = client.set_read_timeout(None);
     match ask {
-        Ask::Forward(_, head) => {
-            let mut u = &upstream;
-            if u.write_all(&head).and_then(|()| u.write_all(&rest)).is_err() {
-                return;
+        Ask::Forward(_, head, framing) => {
+            let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
+            let counter = |n: usize| count(&bytes, &shared.log, n as u64, 0);
+            let mut feed = http::Feed::new(rest, &client);
+            // The one request this connection carries: its head and its
+            // body, nothing the client sends after them.
+            let sent = (&upstream).write_all(&head).is_ok_and(|()| {
+                counter(head.len());
+                feed.body(framing, &upstream, &counter).is_ok()
+            });
+            if !sent {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = upstream.shutdown(Shutdown::Both);
             }
-            count(&bytes, &shared.log, (head.len() + rest.len()) as u64, 0);
-            join(client, upstream, bytes, &shared.log);
+            if let Some(b) = back {
+                let _ = b.join();
+            }
         }
         Ask::Connect(_) => {
             if (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
@@ -261,33 +300,41 @@ fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
         p if p.starts_with('/') => p.to_string(),
         p => format!("/{p}"),
     };
-    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    if req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade")) {
+        return Err(bad("an Upgrade over plain HTTP (use TLS: https://, wss://)"));
+    }
+    let framing = http::framing(version, req.headers).map_err(bad)?;
     let mut out = format!("{method} {path} HTTP/1.{version}\r\n").into_bytes();
-    let mut has_host = false;
+    // The server is told the URL's host, whatever `Host` the client wrote
+    // (RFC 9112 section 3.2.2): that is the name the policy allowed.
+    let host = match dest.port {
+        80 => dest.host_text(),
+        p => format!("{}:{p}", dest.host_text()),
+    };
+    out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         let hop = matches!(
             name.as_str(),
-            "proxy-connection" | "proxy-authorization" | "proxy-authenticate" | "keep-alive" | "te"
-        ) || (name == "connection" && !upgrade);
+            "host"
+                | "connection"
+                | "proxy-connection"
+                | "proxy-authorization"
+                | "proxy-authenticate"
+                | "keep-alive"
+                | "te"
+        );
         if hop {
             continue;
         }
-        has_host |= name == "host";
         out.extend_from_slice(h.name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(h.value);
         out.extend_from_slice(b"\r\n");
     }
-    if !has_host {
-        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
-    }
     // One request per connection: the next may name another host.
-    if !upgrade {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    Ok(Ask::Forward(dest, out))
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Ask::Forward(dest, out, framing))
 }
 
 /// Answers a refusal and closes.
@@ -312,7 +359,29 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
         Host::Name(n) | Host::Below(n) => match policy.pinned(n) {
             Some(a) => vec![SocketAddr::new(a, d.port)],
             None => match (n.as_str(), d.port).to_socket_addrs() {
-                Ok(a) => a.collect(),
+                Ok(a) if policy.open => a.collect(),
+                Ok(a) => {
+                    // An answer from DNS is its owner's to choose: it does
+                    // not lead to this host itself.
+                    let found: Vec<SocketAddr> = a.collect();
+                    let own = own_addresses();
+                    let (local, far): (Vec<SocketAddr>, Vec<SocketAddr>) =
+                        found.into_iter().partition(|a| host_local(a.ip(), &own));
+                    if let (Some(first), true) = (local.first(), far.is_empty()) {
+                        return Err(Refusal {
+                            status: 403,
+                            phrase: "Forbidden",
+                            error: "destination_ip_prohibited",
+                            why: format!(
+                                "`{host}` resolves to {}, an address of this host or of no host; \
+                                 --resolve {host}={} reaches it",
+                                first.ip(),
+                                first.ip()
+                            ),
+                        });
+                    }
+                    far
+                }
                 Err(e) => {
                     return Err(Refusal {
                         status: 502,
@@ -349,6 +418,48 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
     Err(Refusal { status, phrase, error, why: format!("`{host}:{}` {what}", d.port) })
 }
 
+/// Whether `a` leads to this host or nowhere: loopback, unspecified,
+/// "this network", link-local (where cloud metadata services answer),
+/// multicast, broadcast, or an address of one of this host's interfaces.
+fn host_local(a: IpAddr, own: &[IpAddr]) -> bool {
+    let a = match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(a, IpAddr::V4),
+        v4 => v4,
+    };
+    own.contains(&a)
+        || match a {
+            IpAddr::V4(v4) => {
+                v4.is_loopback()
+                    || v4.is_unspecified()
+                    || v4.is_link_local()
+                    || v4.is_multicast()
+                    || v4.is_broadcast()
+                    || v4.octets()[0] == 0
+            }
+            IpAddr::V6(v6) => {
+                v6.is_loopback()
+                    || v6.is_unspecified()
+                    || v6.is_multicast()
+                    || (v6.segments()[0] & 0xffc0) == 0xfe80
+                    || v6.to_ipv4().is_some_and(|v4| v4.is_loopback() || v4.is_unspecified())
+            }
+        }
+}
+
+/// The addresses of this host's interfaces (in runws's network namespace).
+fn own_addresses() -> Vec<IpAddr> {
+    let Ok(ifs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    ifs.filter_map(|i| {
+        let a = i.address?;
+        if let Some(v4) = a.as_sockaddr_in() {
+            Some(IpAddr::V4(v4.ip()))
+        } else {
+            a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+        }
+    })
+    .collect()
+}
+
 fn count(bytes: &Option<Arc<Bytes>>, log: &Log, out: u64, inn: u64) {
     if let Some(b) = bytes {
         b.out.fetch_add(out, Ordering::Relaxed);
@@ -369,16 +480,23 @@ fn tunnel(
 ) {
     let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let gated = http::checked(d) && !shared.policy.open;
     let verdict = loop {
         let hello = tls::client_hello(&first);
         match hello {
+            // A hello a plain HTTP server would skip as a bad request line,
+            // and then read the request after it.
+            _ if gated && first.first() == Some(&22) => {
+                break Err("port 80 carries plain HTTP only (TLS goes to port 443)".to_string());
+            }
             Hello::Partial if first.len() <= tls::MAX_HELLO + 1024 => {}
             Hello::Partial => break Err("a TLS hello too large to read".to_string()),
             Hello::NotTls if d.port == 443 => break Err("port 443 carries TLS only".to_string()),
-            Hello::NotTls => break Ok(()),
+            // Plain HTTP on port 80 of a name: every request must name it.
+            Hello::NotTls => break Ok(gated),
             Hello::Malformed(why) => break Err(format!("an unreadable TLS hello: {why}")),
             Hello::NoName => match d.host {
-                Host::Addr(_) => break Ok(()),
+                Host::Addr(_) => break Ok(false),
                 _ => {
                     break Err(format!(
                         "the TLS hello names no server (the tunnel is to `{}`)",
@@ -389,7 +507,7 @@ fn tunnel(
             Hello::Name(n) => {
                 let same = matches!((&d.host, policy::name(&n)), (Host::Name(h), Some(s)) if *h == s);
                 if same {
-                    break Ok(());
+                    break Ok(false);
                 }
                 break Err(format!("the TLS hello names `{}`, not `{}`", shown(&n), d.host_text()));
             }
@@ -416,7 +534,11 @@ fn tunnel(
             let _ = client.shutdown(Shutdown::Both);
             let _ = upstream.shutdown(Shutdown::Both);
         }
-        Ok(()) => {
+        Ok(true) => {
+            let _ = client.set_read_timeout(None);
+            gate(&client, &upstream, first, d, &bytes, shared);
+        }
+        Ok(false) => {
             let _ = client.set_read_timeout(None);
             if (&upstream).write_all(&first).is_ok() {
                 count(&bytes, &shared.log, first.len() as u64, 0);
@@ -431,18 +553,53 @@ fn tunnel(
     }
 }
 
+/// The way out of a plain-text tunnel to a name on port 80: request by
+/// request, each naming the tunnel's host (see [`http`]), each body passed
+/// on as its framing says.
+fn gate(
+    client: &TcpStream,
+    upstream: &TcpStream,
+    first: Vec<u8>,
+    d: &Destination,
+    bytes: &Option<Arc<Bytes>>,
+    shared: &Shared,
+) {
+    let counter = |n: usize| count(bytes, &shared.log, n as u64, 0);
+    let mut feed = http::Feed::new(first, client);
+    let refused = loop {
+        let head = match feed.head() {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                // The client is done: the server may still answer.
+                let _ = upstream.shutdown(Shutdown::Write);
+                return;
+            }
+            Err(http::Stop::Ended) => break None,
+            Err(http::Stop::Refused(why)) => break Some((d.host_text(), why)),
+        };
+        let framing = match http::check_tunneled(&head, d) {
+            Ok(f) => f,
+            Err(named) => break Some(named),
+        };
+        if http::send(upstream, &head, &counter).is_err() {
+            break None;
+        }
+        match feed.body(framing, upstream, &counter) {
+            Ok(()) => {}
+            Err(http::Stop::Ended) => break None,
+            Err(http::Stop::Refused(why)) => break Some((d.host_text(), why)),
+        }
+    };
+    if let Some((host, why)) = refused {
+        shared.log.note(&host, d.port, false, Some(why));
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let _ = upstream.shutdown(Shutdown::Both);
+}
+
 /// A name from a TLS hello as it may be shown: printable ASCII, bounded.
 fn shown(n: &str) -> String {
     n.chars().take(253).map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
-}
-
-/// Both ways of a plain request's connection, the head sent already.
-fn join(client: TcpStream, upstream: TcpStream, bytes: Option<Arc<Bytes>>, log: &Arc<Log>) {
-    let back = start_back(&client, &upstream, bytes.clone(), log.clone());
-    pump(&client, &upstream, Way::Out, &bytes, log);
-    if let Some(b) = back {
-        let _ = b.join();
-    }
 }
 
 /// The way back (destination to client) on a thread of its own.
@@ -555,7 +712,7 @@ mod tests {
 
     fn forward(head: &str) -> Result<(Destination, String), String> {
         match parse_head(head.as_bytes()) {
-            Ok(Ask::Forward(d, h)) => Ok((d, String::from_utf8(h).unwrap())),
+            Ok(Ask::Forward(d, h, _)) => Ok((d, String::from_utf8(h).unwrap())),
             Ok(Ask::Connect(_)) => Err("connect".into()),
             Err(r) => Err(r.why),
         }
@@ -659,6 +816,32 @@ mod tests {
         drop(c);
         let rec = proxy.finish();
         assert_eq!(rec.connections.len(), 1);
+    }
+
+    #[test]
+    fn addresses_of_this_host_or_of_none_are_host_local() {
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        for a in [
+            "127.0.0.1",
+            "127.9.9.9",
+            "0.0.0.0",
+            "0.1.2.3",
+            "169.254.169.254",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(host_local(ip(a), &[]), "{a}");
+        }
+        for a in ["192.0.2.7", "10.0.0.1", "2001:db8::1", "::ffff:192.0.2.7"] {
+            assert!(!host_local(ip(a), &[]), "{a}");
+        }
+        assert!(host_local(ip("::ffff:192.0.2.7"), &[ip("192.0.2.7")]));
     }
 
     #[test]

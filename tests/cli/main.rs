@@ -15,6 +15,7 @@ mod build;
 mod cache;
 mod concurrency;
 mod egress;
+mod egress_attack;
 mod egress_tools;
 mod environment;
 mod examples;
