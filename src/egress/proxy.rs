@@ -300,7 +300,13 @@ fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
         p if p.starts_with('/') => p.to_string(),
         p => format!("/{p}"),
     };
-    if req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade")) {
+    // An offer of HTTP/2 in the clear (libcurl's, so cargo's and git's) is
+    // optional: it is dropped, and the server answers in HTTP/1.1. Any
+    // other upgrade would leave the connection carrying what the proxy
+    // cannot read.
+    let h2c_only =
+        |v: &[u8]| String::from_utf8_lossy(v).split(',').all(|t| t.trim().eq_ignore_ascii_case("h2c"));
+    if req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade") && !h2c_only(h.value)) {
         return Err(bad("an Upgrade over plain HTTP (use TLS: https://, wss://)"));
     }
     let framing = http::framing(version, req.headers).map_err(bad)?;
@@ -323,6 +329,8 @@ fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
                 | "proxy-authenticate"
                 | "keep-alive"
                 | "te"
+                | "upgrade"
+                | "http2-settings"
         );
         if hop {
             continue;
@@ -736,6 +744,16 @@ mod tests {
         assert_eq!(h, "GET / HTTP/1.0\r\nHost: a.test\r\nConnection: close\r\n\r\n");
         let (_, h) = forward("GET http://a.test?q HTTP/1.1\r\nHost: a.test\r\n\r\n").unwrap();
         assert!(h.starts_with("GET /?q HTTP/1.1\r\n"), "{h}");
+        // libcurl's offer of HTTP/2 in the clear (cargo sends it) is dropped;
+        // a WebSocket upgrade is refused.
+        let (_, h) = forward(
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+             Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(h, "GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+        let e = forward("GET http://a.test/ HTTP/1.1\r\nUpgrade: websocket\r\n\r\n").unwrap_err();
+        assert!(e.contains("an Upgrade over plain HTTP"), "{e}");
     }
 
     #[test]

@@ -282,7 +282,11 @@ pub fn close_inherited<K: Kernel>(k: &K, first: u32) -> Result<(), Refused> {
 /// A network namespace being made by a helper on another core (see
 /// [`NetworkNamespace::start`]).
 pub struct NetworkNamespace {
-    pid: nix::unistd::Pid,
+    /// Killed when dropped: a run refused before [`NetworkNamespace::finish`]
+    /// must not leave it waiting (it holds copies of runws's descriptors,
+    /// its stdout and stderr among them, so a caller reading those to
+    /// their end would wait for ever).
+    helper: Helper,
     ready: std::os::fd::OwnedFd,
 }
 
@@ -300,7 +304,7 @@ impl NetworkNamespace {
             .map_err(|e| Refused::new(P, format!("pipe: {e}")))?;
         let pid =
             sys::ns::network_namespace_helper(ready_w.as_fd()).map_err(|e| Refused::io(P, "clone", e))?;
-        Ok(NetworkNamespace { pid, ready })
+        Ok(NetworkNamespace { helper: Helper(pid), ready })
     }
 
     /// Waits until the namespace exists, opens it and ends the helper (left
@@ -316,15 +320,16 @@ impl NetworkNamespace {
         };
         let opened = match read {
             Ok(1) if ok[0] == 1 => {
-                let path = format!("/proc/{}/ns/net", self.pid);
+                let path = format!("/proc/{}/ns/net", self.helper.0);
                 std::fs::File::open(&path)
                     .map(std::os::fd::OwnedFd::from)
                     .map_err(|e| Refused::io(P, &format!("cannot open {path}"), e))
             }
             _ => Err(Refused::new(P, "unshare: refused")),
         };
-        // Our own child, by pid, before anything could reap it.
-        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
+        // Ended as it is dropped (our own child, by pid, before anything
+        // could reap it).
+        drop(self.helper);
         opened
     }
 }

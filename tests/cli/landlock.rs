@@ -335,7 +335,11 @@ fn sandbox_falls_back_to_landlock_where_user_namespaces_are_blocked() {
         for mode in ["--sandbox", "--sandbox=try", "--sandbox=ns"] {
             let out = blocked(uid, &root, &["run", mode, "--net", "allow=a.test", "--", "/bin/true"]);
             out.code(125).one_line_error();
-            assert!(out.stderr.contains("--net allow") || out.stderr.contains("namespace"), "{mode}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("--net allow") || out.stderr.contains("namespace"),
+                "{mode}: {}",
+                out.stderr
+            );
         }
     }
 }
