@@ -69,7 +69,7 @@ done
 CLIENT=$PWD/bench/egress_client.py
 export RUNWS_ROOT=$WORK/root
 inside() { # MODE ARGS…: the client inside a sandbox whose only way out is runws's proxy
-  "$BIN" run --sandbox --net "allow=localhost:$PORT" -- \
+  "$BIN" run --sandbox --net "allow=localhost:$PORT" --resolve localhost=127.0.0.1 -- \
     sh -c "exec python3 $CLIENT $1 \"\$HTTP_PROXY\" localhost $PORT ${2:-}"
 }
 

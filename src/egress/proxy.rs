@@ -374,7 +374,7 @@ fn connect(d: &Destination, policy: &Policy) -> Result<TcpStream, Refusal> {
                     let found: Vec<SocketAddr> = a.collect();
                     let own = own_addresses();
                     let (local, far): (Vec<SocketAddr>, Vec<SocketAddr>) =
-                        found.into_iter().partition(|a| host_local(a.ip(), &own));
+                        found.into_iter().partition(|a| host_local(a.ip(), own));
                     if let (Some(first), true) = (local.first(), far.is_empty()) {
                         return Err(Refusal {
                             status: 403,
@@ -454,8 +454,15 @@ fn host_local(a: IpAddr, own: &[IpAddr]) -> bool {
         }
 }
 
-/// The addresses of this host's interfaces (in runws's network namespace).
-fn own_addresses() -> Vec<IpAddr> {
+/// The addresses of this host's interfaces (in runws's network namespace),
+/// read once per run (a dump of every interface costs more than the rest
+/// of a connection's set-up).
+fn own_addresses() -> &'static [IpAddr] {
+    static OWN: std::sync::OnceLock<Vec<IpAddr>> = std::sync::OnceLock::new();
+    OWN.get_or_init(read_own_addresses)
+}
+
+fn read_own_addresses() -> Vec<IpAddr> {
     let Ok(ifs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
     ifs.filter_map(|i| {
         let a = i.address?;
