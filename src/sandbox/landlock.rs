@@ -99,18 +99,18 @@ pub fn abi() -> Option<u32> {
 
 /// The rules of a run: everything but `hidden` (and `/dev`, but for
 /// [`DEVICES`]) readable, `granted` readable again inside them, `write`
-/// writable. Every path is resolved; one that does not exist is left out.
+/// writable. Every path is resolved already (no symlink in it); one that
+/// does not exist grants nothing.
 pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tcp: bool) -> Rules {
-    let canon = |p: &PathBuf| std::fs::canonicalize(p).ok();
-    let mut hidden: Vec<PathBuf> = hidden.iter().filter_map(canon).collect();
+    let exists = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
+    let mut hidden: Vec<PathBuf> = hidden.to_vec();
     // `/dev` is hidden but for the devices granted below.
     hidden.push(PathBuf::from("/dev"));
     hidden.retain(|h| h != Path::new("/"));
     let mut found = Found::default();
     readable(Path::new("/"), &hidden, &hidden, &mut found);
-    let Found { mut read, mut files } = found;
-    for g in granted.iter().filter_map(canon) {
-        if read.iter().any(|r| g.starts_with(r)) {
+    for g in granted.iter().filter(exists).cloned() {
+        if found.covers(&g) {
             continue;
         }
         // A granted directory that holds a hidden path (`--ro` of a
@@ -119,19 +119,16 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
         // hidden path.
         let below: Vec<PathBuf> = hidden.iter().filter(|h| h.starts_with(&g) && **h != g).cloned().collect();
         if !below.is_empty() {
-            let mut found = Found { read: std::mem::take(&mut read), files: std::mem::take(&mut files) };
             readable(&g, &below, &hidden, &mut found);
-            (read, files) = (found.read, found.files);
             continue;
         }
-        if !g.is_dir() {
-            files.push(g.clone());
-        }
-        read.push(g);
+        let dir = g.is_dir();
+        found.grant(g, dir);
     }
+    let Found { read, mut files, .. } = found;
     files.sort();
     let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
-    let mut writable: Vec<PathBuf> = write.iter().filter_map(canon).collect();
+    let mut writable: Vec<PathBuf> = write.iter().filter(exists).cloned().collect();
     writable.dedup();
     Rules { read, files, write: writable, devices, deny_tcp }
 }
@@ -142,11 +139,16 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
 struct Found {
     read: Vec<PathBuf>,
     files: Vec<PathBuf>,
+    /// `read` again, to find a path's granted ancestor by lookups (a
+    /// path-by-path comparison with every grant made the rules of a root
+    /// run, about 180, cost milliseconds).
+    granted: std::collections::HashSet<PathBuf>,
 }
 
 impl Found {
+    /// Whether `p` or one of its ancestors is granted already.
     fn covers(&self, p: &Path) -> bool {
-        self.read.iter().any(|o| p.starts_with(o))
+        p.ancestors().any(|a| self.granted.contains(a))
     }
 
     fn grant(&mut self, p: PathBuf, dir: bool) {
@@ -154,6 +156,7 @@ impl Found {
             if !dir {
                 self.files.push(p.clone());
             }
+            self.granted.insert(p.clone());
             self.read.push(p);
         }
     }

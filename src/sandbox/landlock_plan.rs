@@ -102,12 +102,12 @@ pub fn prepare(
             )));
         }
     }
+    // Every path resolved once (each resolution reads each of its links).
+    let hidden_resolved: Vec<PathBuf> = hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).collect();
     // Nor can a writable directory keep a hidden path below it (a home,
     // ROOT with the other runs, root's secrets) out of reach.
     for w in &write {
-        if let Some(h) =
-            hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).find(|h| h.starts_with(w) && h != w)
-        {
+        if let Some(h) = hidden_resolved.iter().find(|h| h.starts_with(w) && *h != w) {
             return Err(Error::Usage(format!(
                 "`{}` is writable and holds the hidden `{}`: the Landlock backend cannot take access back \
                  below a granted path (use --sandbox=ns)",
@@ -116,7 +116,7 @@ pub fn prepare(
             )));
         }
     }
-    let rules = landlock::rules(&hidden, &granted, &write, opts.net == Net::None);
+    let rules = landlock::rules(&hidden_resolved, &granted, &write, opts.net == Net::None);
     let plan = Plan {
         kind: Kind::Sandbox,
         try_mode: opts.try_mode,
