@@ -39,6 +39,35 @@ const ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
 /// The pipe between the two sockets of a connection, and the most one
 /// `splice` moves.
 const PIPE: usize = 1 << 20;
+/// At most this many pipes are grown to [`PIPE`] at once; the others keep
+/// the kernel's 64 KiB. A pipe's pages are runws's, not the run's: a
+/// command that fills its connections' pipes and stops reading pins at most
+/// 64 MiB of grown pipes (and 64 KiB for each other way of each connection)
+/// outside its own `--memory`.
+const LARGE_PIPES: usize = 64;
+
+/// The pipes grown to [`PIPE`] now.
+static GROWN: AtomicUsize = AtomicUsize::new(0);
+
+/// A grown pipe's place in [`GROWN`], given back when dropped.
+struct Grown;
+
+impl Grown {
+    fn take() -> Option<Grown> {
+        if GROWN.fetch_add(1, Ordering::SeqCst) < LARGE_PIPES {
+            Some(Grown)
+        } else {
+            GROWN.fetch_sub(1, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
+impl Drop for Grown {
+    fn drop(&mut self) {
+        GROWN.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// A running proxy.
 pub struct Proxy {
@@ -647,8 +676,8 @@ fn pump(from: &TcpStream, to: &TcpStream, way: Way, bytes: &Option<Arc<Bytes>>, 
     let ended = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
         Ok((r, w)) => {
             // A larger pipe moves a bulk transfer in fewer calls (the
-            // default 64 KiB, when the limit refuses it).
-            let _ = rustix::pipe::fcntl_setpipe_size(&w, PIPE);
+            // default 64 KiB, past the budget or when the limit refuses it).
+            let _grown = Grown::take().filter(|_| rustix::pipe::fcntl_setpipe_size(&w, PIPE).is_ok());
             splice_all(from, to, &r, &w, &counter)
         }
         Err(_) => Err(()),
