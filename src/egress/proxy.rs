@@ -858,15 +858,19 @@ mod tests {
             reply.push(b[0]);
         }
         assert!(reply.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&reply));
-        let started = Instant::now();
+        // A held write waits about 200 ms every time; a busy machine delays
+        // some round trips but not all: the fastest of ten says which.
+        let mut took = Vec::new();
         for i in 0..10u8 {
+            let started = Instant::now();
             c.write_all(&[b'a' + i; 5]).unwrap();
             let mut back = [0u8; 5];
             c.read_exact(&mut back).unwrap();
             assert_eq!(back, [b'a' + i; 5]);
+            took.push(started.elapsed());
         }
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(1), "10 round trips through a tunnel took {took:?}");
+        let fastest = *took.iter().min().unwrap();
+        assert!(fastest < Duration::from_millis(100), "each round trip through a tunnel was held: {took:?}");
         drop(c);
         let rec = proxy.finish();
         assert_eq!(rec.connections.len(), 1);

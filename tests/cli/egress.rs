@@ -364,7 +364,7 @@ fn https_to_an_allowed_name_works_end_to_end() {
         .expect("openssl");
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = std::process::Command::new("openssl")
+    let server = std::process::Command::new("openssl")
         .args(["s_server", "-quiet", "-www", "-accept"])
         .arg(port.to_string())
         .arg("-cert")
@@ -375,6 +375,8 @@ fn https_to_an_allowed_name_works_end_to_end() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Killed however the test ends.
+    let _server = KillOnDrop(server);
     assert!(wait_until(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok()));
     let ca = dir.join("cert.pem");
     std::fs::set_permissions(env.tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -386,12 +388,20 @@ fn https_to_an_allowed_name_works_end_to_end() {
         &["--ro", dir.to_str().unwrap()],
         &format!("curl -sS --cacert {} https://secure.test:{port}/ | head -c 200", ca.display()),
     );
-    let _ = server.kill();
-    let _ = server.wait();
     out.ok().stdout_has("<HTML>");
     let net = net_of(&env);
     let e = entry(&net, "secure.test", port, true).unwrap_or_else(|| panic!("{net}"));
     assert!(e["bytes_in"].as_u64().unwrap() > 500, "{e}");
+}
+
+/// A child process killed and reaped when the test ends, failed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Bad input is refused in one line, with exit 125, before any run exists.

@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use crate::sandbox::{everyone, skip};
 struct Lenient {
     port: u16,
     got: Arc<Mutex<Vec<u8>>>,
+    /// Connections accepted, and those of them whose client has ended.
+    conns: Arc<(AtomicUsize, AtomicUsize)>,
 }
 
 impl Lenient {
@@ -29,19 +32,48 @@ impl Lenient {
         let l = TcpListener::bind((addr, port))?;
         let port = l.local_addr()?.port();
         let got = Arc::new(Mutex::new(Vec::new()));
-        let g = got.clone();
+        let conns = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+        let (g, n) = (got.clone(), conns.clone());
         std::thread::spawn(move || {
             for c in l.incoming() {
                 let Ok(c) = c else { continue };
-                let g = g.clone();
-                std::thread::spawn(move || lenient_one(c, &g));
+                n.0.fetch_add(1, Ordering::SeqCst);
+                let (g, n) = (g.clone(), n.clone());
+                std::thread::spawn(move || {
+                    lenient_one(c, &g);
+                    n.1.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
-        Ok(Lenient { port, got })
+        Ok(Lenient { port, got, conns })
     }
 
     fn got(&self) -> String {
         String::from_utf8_lossy(&self.got.lock().unwrap()).to_string()
+    }
+
+    /// Connections accepted so far.
+    fn accepted(&self) -> usize {
+        self.conns.0.load(Ordering::SeqCst)
+    }
+
+    /// Waits (15s at most) until `n` connections in all were accepted and
+    /// each of them has ended: all the proxy sent on them is in `got` then.
+    /// (runws may return before the server has read what the proxy wrote
+    /// last: the proxy cuts the client off as soon as it has written.)
+    #[track_caller]
+    fn settled(&self, n: usize) {
+        let (accepted, ended) = (&self.conns.0, &self.conns.1);
+        let done = wait_until(Duration::from_secs(15), || {
+            let a = accepted.load(Ordering::SeqCst);
+            a >= n && ended.load(Ordering::SeqCst) == a
+        });
+        assert!(
+            done,
+            "the server never saw all {n} connections end: {} accepted, {} ended",
+            accepted.load(Ordering::SeqCst),
+            ended.load(Ordering::SeqCst)
+        );
     }
 }
 
@@ -77,27 +109,37 @@ fn lenient_one(mut c: TcpStream, got: &Mutex<Vec<u8>>) {
 
 /// A Python script that sends each of `sends` (name, bytes as a Python
 /// literal) on a connection of its own to the proxy and prints what came
-/// back, up to `\n===`.
-fn raw_script(sends: &[(&str, String)]) -> String {
-    let mut s = String::from(
+/// back, up to `\n===`: all until the proxy ends the connection, or, for a
+/// name in `answers`, until that many of [`Lenient`]'s answers came (the
+/// server keeps a connection open; the 20s timeout only guards a hang).
+fn raw_script(sends: &[(&str, String)], answers: &[(&str, usize)]) -> String {
+    let answers: Vec<String> = answers.iter().map(|(l, n)| format!("{l:?}: {n}")).collect();
+    let mut s = format!(
         r#"python3 - <<'EOF'
 import os, socket, time
 p = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
-def go(label, data):
-    s = socket.create_connection(("127.0.0.1", p), timeout=2)
+ANSWERS = {{{}}}
+"#,
+        answers.join(", ")
+    );
+    s.push_str(
+        r#"def go(label, data):
+    s = socket.create_connection(("127.0.0.1", p), timeout=20)
     try:
         s.sendall(data)
     except OSError as e:
         print(label, "send failed", e)
     out = b""
+    want = ANSWERS.get(label, 0)
     try:
-        while True:
+        while not want or out.count(b"\r\n\r\nok\n") < want:
             d = s.recv(65536)
             if not d:
                 break
             out += d
     except OSError as e:
         out += (" <%s>" % type(e).__name__).encode()
+    s.close()
     print(label, repr(out[:400]))
     print("===")
 "#,
@@ -178,7 +220,12 @@ fn a_plain_request_reaches_only_the_host_its_url_names() {
                 format!(r#"b"GET {url}/g HTTP/1.1\r\n\r\nGET http://evil7.test/g2 HTTP/1.1\r\n\r\n""#),
             ),
         ];
-        let out = through(&env, who, &format!("web.test:{p}"), &["web.test"], &[], &raw_script(&sends));
+        // Each request the proxy forwards is answered once; the server
+        // keeps the connection open after it.
+        let answers =
+            ["host", "pipelined", "after-length", "after-chunked", "absolute-second"].map(|l| (l, 1));
+        let out =
+            through(&env, who, &format!("web.test:{p}"), &["web.test"], &[], &raw_script(&sends, &answers));
         out.ok();
         let got = web.got();
         assert!(!got.contains("evil"), "{who:?}: a request for another name reached the server:\n{got}");
@@ -216,6 +263,7 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
             continue;
         }
         web.got.lock().unwrap().clear();
+        let before = web.accepted();
         let env = Env::new();
         let connect = r#"b"CONNECT web.test:80 HTTP/1.1\r\nHost: web.test:80\r\n\r\n""#;
         let sends = vec![
@@ -251,9 +299,15 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
             ),
         ];
         let resolve = format!("web.test={addr}");
-        let script = raw_script(&sends).replacen("def go(", &format!("{HELLO_PY}\ndef go("), 1);
+        let script =
+            raw_script(&sends, &[("good", 3)]).replacen("def go(", &format!("{HELLO_PY}\ndef go("), 1);
         let out = through(&env, who, "web.test", &[], &["--resolve", &resolve], &script);
         out.ok();
+        // Every tunnel the proxy opened to the server has ended there: what
+        // the server got is all it will get.
+        let net = net_of(&env);
+        let opened = entry(&net, "web.test", 80, true).unwrap_or_else(|| panic!("{net}"))["count"].as_u64();
+        web.settled(before + opened.unwrap() as usize);
         let got = web.got();
         assert!(!got.contains("evil"), "{who:?}: a request for another name reached the server:\n{got}");
         for line in ["GET /one HTTP/1.1", "POST /two HTTP/1.1", "GET /three HTTP/1.1", "GET /y ", "POST /z "]
@@ -267,7 +321,6 @@ fn a_plain_text_tunnel_to_port_80_carries_requests_for_its_host_only() {
         );
         let good = text.lines().find(|l| l.starts_with("good ")).unwrap_or_default();
         assert_eq!(good.matches("200 OK").count(), 3, "{text}");
-        let net = net_of(&env);
         let denied = entry(&net, "evil1.test", 80, false).unwrap_or_else(|| panic!("{net}"));
         assert!(denied["why"].as_str().unwrap().contains("names `evil1.test`, not `web.test`"), "{denied}");
         assert!(entry(&net, "evil2.test", 80, false).is_some(), "{net}");
