@@ -300,9 +300,8 @@ fn chunk_size(line: &[u8]) -> Result<u64, Stop> {
 
 pub fn send(to: &TcpStream, bytes: &[u8], counter: &dyn Fn(usize)) -> Result<(), Stop> {
     let mut to = to;
-    to.write_all(bytes).map_err(|_| Stop::Ended)?;
     counter(bytes.len());
-    Ok(())
+    to.write_all(bytes).map_err(|_| Stop::Ended)
 }
 
 /// Whether `d` is a destination whose plain-text tunnel carries checked

@@ -239,10 +239,9 @@ fn serve(mut client: TcpStream, shared: &Shared) {
             let mut feed = http::Feed::new(rest, &client);
             // The one request this connection carries: its head and its
             // body, nothing the client sends after them.
-            let sent = (&upstream).write_all(&head).is_ok_and(|()| {
-                counter(head.len());
-                feed.body(framing, &upstream, &counter).is_ok()
-            });
+            counter(head.len());
+            let sent =
+                (&upstream).write_all(&head).is_ok_and(|()| feed.body(framing, &upstream, &counter).is_ok());
             if !sent {
                 let _ = client.shutdown(Shutdown::Both);
                 let _ = upstream.shutdown(Shutdown::Both);
@@ -584,8 +583,8 @@ fn tunnel(
         }
         Ok(false) => {
             let _ = client.set_read_timeout(None);
+            count(&bytes, &shared.log, first.len() as u64, 0);
             if (&upstream).write_all(&first).is_ok() {
-                count(&bytes, &shared.log, first.len() as u64, 0);
                 pump(&client, &upstream, Way::Out, &bytes, &shared.log);
             } else {
                 let _ = client.shutdown(Shutdown::Both);
@@ -716,6 +715,9 @@ fn splice_all(
             Err(rustix::io::Errno::INVAL) if !moved => return Err(()),
             Err(_) => return Ok(false),
         };
+        // Counted as read, before it is passed on: once the other side
+        // has it, the run may end and its record be made at any moment.
+        counter(n);
         let mut left = n;
         while left > 0 {
             // Not SPLICE_F_MORE: it corks the socket, and a write that
@@ -729,7 +731,6 @@ fn splice_all(
             }
         }
         moved = true;
-        counter(n);
     }
 }
 
@@ -739,10 +740,10 @@ fn copy_all(mut from: &TcpStream, mut to: &TcpStream, counter: &dyn Fn(usize)) -
         match from.read(&mut buf) {
             Ok(0) => return Ok(true),
             Ok(n) => {
+                counter(n);
                 if to.write_all(&buf[..n]).is_err() {
                     return Ok(false);
                 }
-                counter(n);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Ok(false),
