@@ -10,7 +10,8 @@
 #            added time per connection against direct, and runws against
 #            tinyproxy.
 #   bulk:    1 GiB (BULK_MB) over a CONNECT tunnel through runws's proxy
-#            against the same download directly; throughput ratio.
+#            and through tinyproxy, against the same download directly;
+#            throughput ratios (each repeat pairs the three).
 #
 #   bench/egress.sh            (REPEATS, default 5; N; BULK_MB)
 #
@@ -90,13 +91,16 @@ for r in $(seq "$REPEATS"); do
     esac
     echo "latency $v $t" >>"$WORK/results"
   done
-  if [ $((r % 2)) -eq 0 ]; then
-    echo "bulk direct $(python3 "$CLIENT" bulk none 127.0.0.1 "$PORT")" >>"$WORK/results"
-    echo "bulk runws $(inside bulk)" >>"$WORK/results"
-  else
-    echo "bulk runws $(inside bulk)" >>"$WORK/results"
-    echo "bulk direct $(python3 "$CLIENT" bulk none 127.0.0.1 "$PORT")" >>"$WORK/results"
-  fi
+  bulks=(direct runws tiny)
+  shift_by=$((r % 3))
+  for v in "${bulks[@]:$shift_by}" "${bulks[@]:0:$shift_by}"; do
+    case $v in
+      direct) t=$(python3 "$CLIENT" bulk none 127.0.0.1 "$PORT") ;;
+      runws) t=$(inside bulk) ;;
+      tiny) t=$(python3 "$CLIENT" bulk "http://127.0.0.1:$TP_PORT" localhost "$PORT") ;;
+    esac
+    echo "bulk $v $t" >>"$WORK/results"
+  done
 done
 rm -f "$BIG"
 
@@ -119,9 +123,11 @@ for mode in ["get", "connect"]:
     per_repeat = [a / b for a, b in zip(rows[("latency", "runws-" + mode)], rows[("latency", "tiny-" + mode)])]
     print(f"  runws/tinyproxy ({mode}): {r/t:.2f} [{min(per_repeat):.2f}, {max(per_repeat):.2f}]; added time: {(r-d)/(t-d):.2f}")
 print("bulk (seconds: median [min, max]; MiB/s)")
-for v in ["direct", "runws"]:
+for v in ["direct", "runws", "tiny"]:
     k = ("bulk", v)
     print(f"  {v:14s} {med[k]:8.3f} {span(k)}  {mb/med[k]:8.0f} MiB/s")
 ratios = [a / b for a, b in zip(rows[("bulk", "direct")], rows[("bulk", "runws")])]
 print(f"  throughput through runws / direct: {med[('bulk','direct')]/med[('bulk','runws')]:.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
+tr = [a / b for a, b in zip(rows[("bulk", "direct")], rows[("bulk", "tiny")])]
+print(f"  throughput through tinyproxy / direct: {med[('bulk','direct')]/med[('bulk','tiny')]:.2f} [{min(tr):.2f}, {max(tr):.2f}]")
 PY
