@@ -115,12 +115,7 @@ pub fn check_tunneled(head: &[u8], d: &Destination) -> Result<Framing, (String, 
         return Err((own(), "a request in a tunnel must have one Host header".into()));
     };
     if !names(trim(host), d) {
-        // As it may be recorded: printable ASCII, a name's length at most.
-        let shown: String = String::from_utf8_lossy(trim(host))
-            .chars()
-            .take(253)
-            .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-            .collect();
+        let shown = policy::shown(&String::from_utf8_lossy(trim(host)));
         let why = format!("the request names `{shown}`, not `{}`", own());
         return Err((shown, why));
     }
@@ -150,6 +145,12 @@ pub struct Feed<'a> {
 impl<'a> Feed<'a> {
     pub fn new(first: Vec<u8>, from: &'a TcpStream) -> Feed<'a> {
         Feed { buf: first, at: 0, from }
+    }
+
+    /// What was read past the last head or body taken: the first bytes of
+    /// a tunnel.
+    pub fn rest(self) -> Vec<u8> {
+        self.buf[self.at..].to_vec()
     }
 
     fn pending(&self) -> &[u8] {

@@ -20,6 +20,7 @@ pub mod http;
 pub mod log;
 pub mod policy;
 pub mod proxy;
+mod pump;
 pub mod tls;
 
 use std::net::TcpListener;

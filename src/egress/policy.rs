@@ -116,6 +116,12 @@ pub fn name(text: &str) -> Option<String> {
     (ok && !numeric).then(|| t.to_ascii_lowercase())
 }
 
+/// A name a client sent (a TLS server name, a `Host` header), as it may be
+/// recorded and shown: printable ASCII, at most a name's length.
+pub fn shown(text: &str) -> String {
+    text.chars().take(253).map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
+}
+
 /// `HOST[:PORT]` as a client writes it (CONNECT's authority, a URL's host):
 /// a name, an IPv4 literal or a bracketed IPv6 literal. `default` is the
 /// port when none is written (CONNECT requires one: `None`).

@@ -7,7 +7,7 @@
 //! one-line reason (and RFC 9209's `Proxy-Status`). In a tunnel, a TLS
 //! ClientHello must name the host of the CONNECT line (on port 443 the
 //! tunnel must be TLS); its bytes are read, never changed, and the rest is
-//! moved with `splice` (no copy through runws's memory). Plain HTTP is held
+//! moved with `splice` ([`super::pump`]). Plain HTTP is held
 //! to the allowed name too ([`http`]): a plain request goes out with its
 //! URL's host as `Host` and alone on its connection, and a tunnel to a name
 //! on port 80 without TLS carries only requests naming that host. A name is
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::http::{self, Framing};
 use super::log::{Bytes, Log};
 use super::policy::{self, Destination, Host, Policy};
+use super::pump::{Way, count, pump, start_back};
 use super::tls::{self, Hello};
 use crate::manifest::net::NetRecord;
 
@@ -31,44 +32,10 @@ use crate::manifest::net::NetRecord;
 pub const MAX_CLIENTS: usize = 1024;
 /// A request head is read within this time and size.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
-const MAX_HEAD: usize = 64 * 1024;
 /// Connecting to a destination, every address it resolves to, within this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TLS alert, fatal, `access_denied`: what a refused tunnel's client reads.
 const ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31];
-/// The pipe between the two sockets of a connection, and the most one
-/// `splice` moves.
-const PIPE: usize = 1 << 20;
-/// At most this many pipes are grown to [`PIPE`] at once; the others keep
-/// the kernel's 64 KiB. A pipe's pages are runws's, not the run's: a
-/// command that fills its connections' pipes and stops reading pins at most
-/// 64 MiB of grown pipes (and 64 KiB for each other way of each connection)
-/// outside its own `--memory`.
-const LARGE_PIPES: usize = 64;
-
-/// The pipes grown to [`PIPE`] now.
-static GROWN: AtomicUsize = AtomicUsize::new(0);
-
-/// A grown pipe's place in [`GROWN`], given back when dropped.
-struct Grown;
-
-impl Grown {
-    fn take() -> Option<Grown> {
-        if GROWN.fetch_add(1, Ordering::SeqCst) < LARGE_PIPES {
-            Some(Grown)
-        } else {
-            GROWN.fetch_sub(1, Ordering::SeqCst);
-            None
-        }
-    }
-}
-
-impl Drop for Grown {
-    fn drop(&mut self) {
-        GROWN.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// A running proxy.
 pub struct Proxy {
     log: Arc<Log>,
@@ -150,9 +117,8 @@ fn accept_loop(listener: &TcpListener, stopping: &AtomicBool, shared: &Arc<Share
         };
         if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CLIENTS {
             shared.active.fetch_sub(1, Ordering::SeqCst);
-            let mut c = client;
             let _ = refuse(
-                &mut c,
+                &client,
                 503,
                 "Service Unavailable",
                 "proxy_internal_error",
@@ -193,21 +159,23 @@ fn bad(why: impl Into<String>) -> Refusal {
 }
 
 /// Serves one client connection to its end.
-fn serve(mut client: TcpStream, shared: &Shared) {
+fn serve(client: TcpStream, shared: &Shared) {
     let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
     let _ = client.set_nodelay(true);
-    let (head, rest) = match read_head(&mut client) {
+    let mut feed = http::Feed::new(Vec::new(), &client);
+    let head = match feed.head() {
         Ok(Some(h)) => h,
-        Ok(None) => return,
-        Err(r) => {
-            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+        Ok(None) | Err(http::Stop::Ended) => return,
+        Err(http::Stop::Refused(why)) => {
+            let r = bad(why);
+            let _ = refuse(&client, r.status, r.phrase, r.error, &r.why);
             return;
         }
     };
     let ask = match parse_head(&head) {
         Ok(a) => a,
         Err(r) => {
-            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+            let _ = refuse(&client, r.status, r.phrase, r.error, &r.why);
             return;
         }
     };
@@ -218,14 +186,14 @@ fn serve(mut client: TcpStream, shared: &Shared) {
     if !shared.policy.allows(&dest) {
         let why = denial(&dest);
         shared.log.note(&host, dest.port, false, Some("not in the policy".into()));
-        let _ = refuse(&mut client, 403, "Forbidden", "http_request_denied", &why);
+        let _ = refuse(&client, 403, "Forbidden", "http_request_denied", &why);
         return;
     }
     let upstream = match connect(&dest, &shared.policy) {
         Ok(u) => u,
         Err(r) => {
             shared.log.note(&host, dest.port, r.status != 403, Some(r.why.clone()));
-            let _ = refuse(&mut client, r.status, r.phrase, r.error, &r.why);
+            let _ = refuse(&client, r.status, r.phrase, r.error, &r.why);
             return;
         }
     };
@@ -236,7 +204,6 @@ fn serve(mut client: TcpStream, shared: &Shared) {
         Ask::Forward(_, head, framing) => {
             let back = start_back(&client, &upstream, bytes.clone(), shared.log.clone());
             let counter = |n: usize| count(&bytes, &shared.log, n as u64, 0);
-            let mut feed = http::Feed::new(rest, &client);
             // The one request this connection carries: its head and its
             // body, nothing the client sends after them.
             counter(head.len());
@@ -251,10 +218,11 @@ fn serve(mut client: TcpStream, shared: &Shared) {
             }
         }
         Ask::Connect(_) => {
+            let first = feed.rest();
             if (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
                 return;
             }
-            tunnel(client, upstream, rest, &dest, bytes, shared);
+            tunnel(client, upstream, first, &dest, bytes, shared);
         }
     }
 }
@@ -265,34 +233,6 @@ fn denial(d: &Destination) -> String {
     let add =
         if policy::DEFAULT_PORTS.contains(&d.port) { host.clone() } else { format!("{host}:{}", d.port) };
     format!("`{host}:{}` is not allowed by --net allow (add `{add}` to allow it)", d.port)
-}
-
-/// A request head, and the bytes the client sent after it.
-type Head = (Vec<u8>, Vec<u8>);
-
-/// Reads a request head: `None` when the client went away before sending
-/// one. Returns the head and what followed it.
-fn read_head(client: &mut TcpStream) -> Result<Option<Head>, Refusal> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = match client.read(&mut chunk) {
-            Ok(0) => return Ok(None),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return Ok(None),
-        };
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
-            let end = from + end + 4;
-            let rest = buf.split_off(end);
-            return Ok(Some((buf, rest)));
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(bad("a request head over 64 KiB"));
-        }
-    }
 }
 
 /// Reads a request head with `httparse`.
@@ -374,7 +314,8 @@ fn parse_head(head: &[u8]) -> Result<Ask, Refusal> {
 }
 
 /// Answers a refusal and closes.
-fn refuse(client: &mut TcpStream, status: u16, phrase: &str, error: &str, why: &str) -> std::io::Result<()> {
+fn refuse(client: &TcpStream, status: u16, phrase: &str, error: &str, why: &str) -> std::io::Result<()> {
+    let mut client = client;
     let line = format!("runws: {why}\n");
     let details = why.replace(['"', '\\'], "'");
     let reply = format!(
@@ -503,14 +444,6 @@ fn read_own_addresses() -> Vec<IpAddr> {
     .collect()
 }
 
-fn count(bytes: &Option<Arc<Bytes>>, log: &Log, out: u64, inn: u64) {
-    if let Some(b) = bytes {
-        b.out.fetch_add(out, Ordering::Relaxed);
-        b.inn.fetch_add(inn, Ordering::Relaxed);
-    }
-    log.touch();
-}
-
 /// A CONNECT tunnel: the way back starts at once; the way out first reads
 /// what a TLS client says its server is.
 fn tunnel(
@@ -552,7 +485,7 @@ fn tunnel(
                 if same {
                     break Ok(false);
                 }
-                break Err(format!("the TLS hello names `{}`, not `{}`", shown(&n), d.host_text()));
+                break Err(format!("the TLS hello names `{}`, not `{}`", policy::shown(&n), d.host_text()));
             }
         }
         let mut chunk = [0u8; 4096];
@@ -568,7 +501,7 @@ fn tunnel(
         Err(why) => {
             if !why.is_empty() {
                 if let Hello::Name(n) = tls::client_hello(&first) {
-                    shared.log.note(&shown(&n), d.port, false, Some(why.clone()));
+                    shared.log.note(&policy::shown(&n), d.port, false, Some(why.clone()));
                 } else {
                     shared.log.note(&d.host_text(), d.port, false, Some(why.clone()));
                 }
@@ -638,117 +571,6 @@ fn gate(
     }
     let _ = client.shutdown(Shutdown::Both);
     let _ = upstream.shutdown(Shutdown::Both);
-}
-
-/// A name from a TLS hello as it may be shown: printable ASCII, bounded.
-fn shown(n: &str) -> String {
-    n.chars().take(253).map(|c| if c.is_ascii_graphic() { c } else { '?' }).collect()
-}
-
-/// The way back (destination to client) on a thread of its own.
-fn start_back(
-    client: &TcpStream,
-    upstream: &TcpStream,
-    bytes: Option<Arc<Bytes>>,
-    log: Arc<Log>,
-) -> Option<std::thread::JoinHandle<()>> {
-    let (c, u) = (client.try_clone().ok()?, upstream.try_clone().ok()?);
-    std::thread::Builder::new()
-        .stack_size(64 * 1024)
-        .spawn(move || pump(&u, &c, Way::Back, &bytes, &log))
-        .ok()
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Way {
-    Out,
-    Back,
-}
-
-/// Moves bytes from `from` to `to` until `from` ends, then ends `to`'s
-/// writing side; through a pipe with `splice`, else with reads and writes.
-fn pump(from: &TcpStream, to: &TcpStream, way: Way, bytes: &Option<Arc<Bytes>>, log: &Log) {
-    let counter = |n: usize| match way {
-        Way::Out => count(bytes, log, n as u64, 0),
-        Way::Back => count(bytes, log, 0, n as u64),
-    };
-    let ended = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
-        Ok((r, w)) => {
-            // A larger pipe moves a bulk transfer in fewer calls (the
-            // default 64 KiB, past the budget or when the limit refuses it).
-            let _grown = Grown::take().filter(|_| rustix::pipe::fcntl_setpipe_size(&w, PIPE).is_ok());
-            splice_all(from, to, &r, &w, &counter)
-        }
-        Err(_) => Err(()),
-    };
-    let ended = match ended {
-        Err(()) => copy_all(from, to, &counter),
-        ok => ok,
-    };
-    match ended {
-        Ok(true) => {
-            let _ = to.shutdown(Shutdown::Write);
-        }
-        _ => {
-            let _ = to.shutdown(Shutdown::Both);
-            let _ = from.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-/// `Ok(true)`: `from` ended; `Ok(false)`: a failure after bytes moved;
-/// `Err(())`: splice cannot be used here before any byte moved.
-fn splice_all(
-    from: &TcpStream,
-    to: &TcpStream,
-    r: &std::os::fd::OwnedFd,
-    w: &std::os::fd::OwnedFd,
-    counter: &dyn Fn(usize),
-) -> Result<bool, ()> {
-    use rustix::pipe::{SpliceFlags, splice};
-    let mut moved = false;
-    loop {
-        let n = match splice(from, None, w, None, PIPE, SpliceFlags::MOVE) {
-            Ok(0) => return Ok(true),
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(rustix::io::Errno::INVAL) if !moved => return Err(()),
-            Err(_) => return Ok(false),
-        };
-        // Counted as read, before it is passed on: once the other side
-        // has it, the run may end and its record be made at any moment.
-        counter(n);
-        let mut left = n;
-        while left > 0 {
-            // Not SPLICE_F_MORE: it corks the socket, and a write that
-            // waits for its answer (a TLS handshake, a request) would sit
-            // about 200 ms unsent.
-            match splice(r, None, to, None, left, SpliceFlags::MOVE) {
-                Ok(0) => return Ok(false),
-                Ok(m) => left -= m,
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return Ok(false),
-            }
-        }
-        moved = true;
-    }
-}
-
-fn copy_all(mut from: &TcpStream, mut to: &TcpStream, counter: &dyn Fn(usize)) -> Result<bool, ()> {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) => return Ok(true),
-            Ok(n) => {
-                counter(n);
-                if to.write_all(&buf[..n]).is_err() {
-                    return Ok(false);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Ok(false),
-        }
-    }
 }
 
 #[cfg(test)]
