@@ -9,11 +9,13 @@
 #            tinyproxy (the client on the host's loopback). Reported: the
 #            added time per connection against direct, and runws against
 #            tinyproxy.
-#   bulk:    1 GiB (BULK_MB) over a CONNECT tunnel through runws's proxy
-#            and through tinyproxy, against the same download directly;
-#            throughput ratios (each repeat pairs the three).
+#   bulk:    1 GiB (BULK_MB) over a CONNECT tunnel through runws's proxy,
+#            through tinyproxy and through bench/egress_relay.py (the floor:
+#            a bare CONNECT relay that only splices, no policy or record),
+#            against the same download directly; throughput ratios (each
+#            repeat pairs the four).
 #
-#   bench/egress.sh            (REPEATS, default 5; N; BULK_MB)
+#   bench/egress.sh            (REPEATS, default 5; N, 0 skips latency; BULK_MB)
 #
 # Each repeat runs every variant once, in a rotating order, so a noisy
 # neighbour hits them alike; the clients time only their own loop (no
@@ -67,6 +69,11 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 
+python3 bench/egress_relay.py >"$WORK/relay-port" &
+pids+=($!)
+until [ -s "$WORK/relay-port" ]; do sleep 0.05; done
+RELAY_PORT=$(cat "$WORK/relay-port")
+
 CLIENT=$PWD/bench/egress_client.py
 export RUNWS_ROOT=$WORK/root
 inside() { # MODE ARGS…: the client inside a sandbox whose only way out is runws's proxy
@@ -81,6 +88,7 @@ for r in $(seq "$REPEATS"); do
   variants=(direct runws-get tiny-get runws-connect tiny-connect)
   shift_by=$((r % ${#variants[@]}))
   order=("${variants[@]:$shift_by}" "${variants[@]:0:$shift_by}")
+  [ "$N" -gt 0 ] || order=()
   for v in "${order[@]}"; do
     case $v in
       direct) t=$(python3 "$CLIENT" latency none localhost "$PORT" "$N" get) ;;
@@ -91,13 +99,14 @@ for r in $(seq "$REPEATS"); do
     esac
     echo "latency $v $t" >>"$WORK/results"
   done
-  bulks=(direct runws tiny)
-  shift_by=$((r % 3))
+  bulks=(direct runws tiny floor)
+  shift_by=$((r % ${#bulks[@]}))
   for v in "${bulks[@]:$shift_by}" "${bulks[@]:0:$shift_by}"; do
     case $v in
       direct) t=$(python3 "$CLIENT" bulk none 127.0.0.1 "$PORT") ;;
       runws) t=$(inside bulk) ;;
       tiny) t=$(python3 "$CLIENT" bulk "http://127.0.0.1:$TP_PORT" localhost "$PORT") ;;
+      floor) t=$(python3 "$CLIENT" bulk "http://127.0.0.1:$RELAY_PORT" localhost "$PORT") ;;
     esac
     echo "bulk $v $t" >>"$WORK/results"
   done
@@ -113,21 +122,28 @@ for line in open(sys.argv[1]):
 n, mb = int(sys.argv[2]), int(sys.argv[3])
 med = {k: statistics.median(v) for k, v in rows.items()}
 span = lambda k: f"[{min(rows[k]):.3f}, {max(rows[k]):.3f}]"
-print("latency (seconds for all connections: median [min, max]; added µs per connection against direct)")
-d = med[("latency", "direct")]
-for v in ["direct", "runws-get", "tiny-get", "runws-connect", "tiny-connect"]:
-    k = ("latency", v)
-    print(f"  {v:14s} {med[k]:8.3f} {span(k)}  +{(med[k]-d)/n*1e6:7.1f} µs")
-for mode in ["get", "connect"]:
-    r, t = med[("latency", "runws-" + mode)], med[("latency", "tiny-" + mode)]
-    per_repeat = [a / b for a, b in zip(rows[("latency", "runws-" + mode)], rows[("latency", "tiny-" + mode)])]
-    print(f"  runws/tinyproxy ({mode}): {r/t:.2f} [{min(per_repeat):.2f}, {max(per_repeat):.2f}]; added time: {(r-d)/(t-d):.2f}")
+def latency_part():
+    print("latency (seconds for all connections: median [min, max]; added µs per connection against direct)")
+    d = med[("latency", "direct")]
+    for v in ["direct", "runws-get", "tiny-get", "runws-connect", "tiny-connect"]:
+        k = ("latency", v)
+        print(f"  {v:14s} {med[k]:8.3f} {span(k)}  +{(med[k]-d)/n*1e6:7.1f} µs")
+    for mode in ["get", "connect"]:
+        r, t = med[("latency", "runws-" + mode)], med[("latency", "tiny-" + mode)]
+        per_repeat = [a / b for a, b in zip(rows[("latency", "runws-" + mode)], rows[("latency", "tiny-" + mode)])]
+        print(f"  runws/tinyproxy ({mode}): {r/t:.2f} [{min(per_repeat):.2f}, {max(per_repeat):.2f}]; added time: {(r-d)/(t-d):.2f}")
+if ("latency", "direct") in rows:
+    latency_part()
 print("bulk (seconds: median [min, max]; MiB/s)")
-for v in ["direct", "runws", "tiny"]:
+for v in ["direct", "runws", "tiny", "floor"]:
     k = ("bulk", v)
     print(f"  {v:14s} {med[k]:8.3f} {span(k)}  {mb/med[k]:8.0f} MiB/s")
-ratios = [a / b for a, b in zip(rows[("bulk", "direct")], rows[("bulk", "runws")])]
-print(f"  throughput through runws / direct: {med[('bulk','direct')]/med[('bulk','runws')]:.2f} [{min(ratios):.2f}, {max(ratios):.2f}]")
-tr = [a / b for a, b in zip(rows[("bulk", "direct")], rows[("bulk", "tiny")])]
-print(f"  throughput through tinyproxy / direct: {med[('bulk','direct')]/med[('bulk','tiny')]:.2f} [{min(tr):.2f}, {max(tr):.2f}]")
+def through(v, name):
+    rs = [a / b for a, b in zip(rows[("bulk", "direct")], rows[("bulk", v)])]
+    print(f"  throughput through {name} / direct: {med[('bulk','direct')]/med[('bulk',v)]:.2f} [{min(rs):.2f}, {max(rs):.2f}]")
+through("runws", "runws")
+through("tiny", "tinyproxy")
+through("floor", "the bare relay")
+rs = [a / b for a, b in zip(rows[("bulk", "floor")], rows[("bulk", "runws")])]
+print(f"  throughput through runws / the bare relay: {med[('bulk','floor')]/med[('bulk','runws')]:.2f} [{min(rs):.2f}, {max(rs):.2f}]")
 PY
