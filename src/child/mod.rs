@@ -31,6 +31,7 @@ use nix::unistd::Pid;
 mod in_process;
 
 use in_process::PidNamespaceForChildren;
+pub use launch::{Confinement, Gate};
 
 use crate::error::{Error, IoContext, Result};
 use crate::sys::launch::{self, Descriptors, Image, InProcess};
@@ -119,8 +120,10 @@ pub struct Spec {
     /// runws has a single thread at the fork (so the child may allocate and
     /// lock like any process); its result is the child's exit code. It
     /// receives no environment of its own: what it passes on, it captured.
-    /// Saves an exec of runws for the sandbox's init.
-    pub in_process: Option<Box<dyn FnOnce() -> u8>>,
+    /// Saves an exec of runws for the sandbox's init. It passes the [`Gate`]
+    /// itself, before anything of the run's own runs: what it does before
+    /// (confining itself) happens while runws records the run.
+    pub in_process: Option<Box<dyn FnOnce(Gate) -> u8>>,
     /// Descriptors only `in_process` uses: kept open for it, and closed
     /// (being close-on-exec) when the child executes `program` instead.
     pub in_process_keep: Vec<OwnedFd>,
@@ -134,6 +137,9 @@ pub struct Spec {
     /// killer, which ends every process sharing its victim's memory, ends
     /// runws too when the exec itself runs out of the limit.
     pub own_memory: bool,
+    /// Restrictions the child puts on itself before its gate (see
+    /// [`Confinement`]); not with `in_process`.
+    pub confine: Option<Confinement>,
 }
 
 /// The most listening sockets a child gets (at 3, 4, ...): runws keeps its
@@ -210,10 +216,13 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     };
     let pid_namespace =
         if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
-    let started = launch::start(image, &fds, spec.foreground, in_process, !spec.own_memory);
+    let started =
+        launch::start(image, &fds, spec.foreground, in_process, spec.confine.as_ref(), !spec.own_memory);
     drop(pid_namespace);
     let (child, shared) = started.ctx("cannot start", &spec.program)?;
     drop(spec.in_process_keep);
+    // The child has its own copy of the ruleset's descriptor.
+    drop(spec.confine);
     // Also set the group from this side, so a signal forwarded before the
     // child ran its first instruction still reaches the group. Not for a
     // child that makes a session of its own: a group leader cannot, and a
@@ -238,7 +247,12 @@ impl Paused {
     /// (whether the program could be started is known once the child ended,
     /// see [`Started::exec_error`]).
     pub fn open_gate(self, program: &Path) -> Result<Started> {
-        nix::unistd::write(self.gate.as_fd(), &[1u8]).ctx("cannot start", program)?;
+        if let Err(e) = nix::unistd::write(self.gate.as_fd(), &[1u8]) {
+            // The child ended at or before its gate: what it said, if anything.
+            let _ = waitpid(self.pid, None);
+            return Err(child_error(&self.errors, program)
+                .unwrap_or_else(|| Error::io("cannot start", program, e.into())));
+        }
         Ok(Started { errors: self.errors, _shared: self.shared })
     }
 
@@ -263,24 +277,39 @@ pub struct Started {
 impl Started {
     /// Call once the child has ended: why its `execve` failed, if it did
     /// (the child then ended without running the program). A missing
-    /// program is 127, anything else 126.
+    /// program is 127, anything else 126; a refused [`Confinement`], 125.
     pub fn exec_error(self, program: &Path) -> Option<Error> {
-        // The only writer was the child, so this cannot block: the pipe
-        // holds an errno, or it was closed by the exec or by the exit.
-        let mut buf = [0u8; 4];
-        let mut got = 0;
-        while got < 4 {
-            match nix::unistd::read(self.errors.as_fd(), &mut buf[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Some(Error::io("cannot start", program, e.into())),
-            }
+        child_error(&self.errors, program)
+    }
+}
+
+/// What the child reported on its error pipe before it ended: the errno of
+/// its `execve`, or the errno and step of a [`Confinement`] it could not
+/// put on itself. The only writer is the child: once it has ended (or
+/// executed) this cannot block.
+fn child_error(errors: &OwnedFd, program: &Path) -> Option<Error> {
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(errors.as_fd(), &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Some(Error::io("cannot start", program, e.into())),
         }
-        if got < 4 {
-            return None;
+    }
+    let errno = i32::from_ne_bytes(buf[..4].try_into().ok()?);
+    match got {
+        8 => {
+            let step = i32::from_ne_bytes(buf[4..].try_into().ok()?);
+            Some(Error::Sandbox(format!(
+                "{}: {}",
+                Confinement::step_name(step),
+                std::io::Error::from_raw_os_error(errno)
+            )))
         }
-        Some(exec_failed(program, i32::from_ne_bytes(buf)))
+        4.. => Some(exec_failed(program, errno)),
+        _ => None,
     }
 }
 
@@ -504,6 +533,7 @@ mod tests {
             in_process_keep: Vec::new(),
             pid_namespace: false,
             own_memory: false,
+            confine: None,
         }
     }
 

@@ -379,6 +379,7 @@ fn make(
         in_process_keep: Vec::new(),
         pid_namespace: false,
         own_memory: false,
+        confine: None,
     };
     let at = Preparing { run, root, exe: &exe, allow_import: &req.allow_import, worktree: worktree.as_ref() };
     req.isolation.prepare(&at, &mut spec, m)?;

@@ -141,6 +141,12 @@ impl<'r> Prepared<'r> {
         let gate = match paused.open_gate(&program) {
             Ok(s) => s,
             Err(e) => {
+                // A child that confines itself before its gate (a Landlock
+                // sandbox) and failed has ended, and said why.
+                let e = match req.isolation.started() {
+                    Err(why) => why,
+                    Ok(_) => e,
+                };
                 let code = not_started(run, &mut record, e, final_slot.take());
                 monitor::ended(run, &req, &mut record, None, code);
                 return Ok(Begun::NotRun(code));

@@ -93,6 +93,10 @@ pub struct Start {
     /// Where PID 1 writes the command's wait status when runws itself is
     /// its parent (see [`run`]); else closed unused.
     pub report: Option<OwnedFd>,
+    /// The gate runws opens once the run is recorded, when this process was
+    /// forked to run the init in process; `None` when it is past it (an
+    /// executed init is started only then).
+    pub gate: Option<crate::child::Gate>,
 }
 
 /// The listening sockets runws placed at 3, 4, ...: only the command keeps them.
@@ -148,7 +152,7 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
     // Executed by runws, this process was given the command's environment.
     let env = std::env::vars_os().collect();
     let report = plan.report_fd.and_then(sys::fd::claim_inherited);
-    run(Start { status: status.file.into(), plan, command, env, report })
+    run(Start { status: status.file.into(), plan, command, env, report, gate: None })
 }
 
 /// The init proper, entered after an exec of `runws __sandbox-init`, or
@@ -179,7 +183,15 @@ pub fn run(start: Start) -> u8 {
         status.send(&Report::Failed("the sandbox init is not single-threaded".into()));
         return exit::FAILURE;
     };
-    let job = Job { listen_fds, command: start.command, env: start.env, single, handed };
+    // The Landlock backend confines this process before its gate, while
+    // runws records the run; every other path passes it first.
+    let mut gate = start.gate;
+    if start.plan.landlock.is_none()
+        && let Some(g) = gate.take()
+    {
+        g.pass();
+    }
+    let job = Job { listen_fds, command: start.command, env: start.env, single, handed, gate };
     // The Landlock backend: no namespace and no init of its own; this
     // process restricts itself and becomes the command.
     if start.plan.landlock.is_some() {
@@ -213,6 +225,8 @@ struct Job {
     env: Vec<(OsString, OsString)>,
     single: SingleThreaded,
     handed: Handed<'static>,
+    /// Passed right before `execve` (the Landlock backend, see [`run`]).
+    gate: Option<crate::child::Gate>,
 }
 
 /// The namespaces runws handed to the init in the plan, as descriptors.
@@ -682,6 +696,10 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     let Some(program) = cstr(plan.program.as_os_str().as_bytes()) else {
         fail(&mut status, Report::ExecFailed(libc::ENOENT));
     };
+    // Confined: the command may start once runws has recorded the run.
+    if let Some(g) = job.gate {
+        g.pass();
+    }
     let errno = match nix::unistd::execve(&program, &argv, &env) {
         Err(e) => e as i32,
         Ok(never) => match never {},

@@ -4,11 +4,17 @@
 //! `user.max_user_namespaces=0`), the kernel's Landlock LSM confines the
 //! command without any namespace or privilege.
 //!
-//! runws computes the rules before the fork ([`rules`]): what the command
-//! may read (and execute), what it may write, which devices it may use,
-//! and whether TCP is denied. The command's process enforces them on itself
-//! right before its `execve` ([`enforce`]), after dropping every capability
-//! and setting no-new-privileges; everything it starts inherits them.
+//! runws computes the rules before the command's process exists
+//! ([`rules`]): what the command may read (and execute), what it may write,
+//! which devices it may use, and whether TCP is denied; and fills a kernel
+//! ruleset with them ([`ruleset`]). The command's process, started like a
+//! plain run's (no fork of runws, no init), sets no-new-privileges, drops
+//! every capability, enforces the ruleset and installs the system-call
+//! filter on itself with direct system calls while runws records the run
+//! (see [`crate::child::Confinement`]), then executes the command;
+//! everything it starts inherits them. `--sandbox=try` goes through the
+//! init instead, which makes the ruleset itself ([`enforce`]) and can go on
+//! without a protection the kernel refuses.
 //!
 //! Landlock grants access beneath a path, never removes it below a granted
 //! one, so a hidden path (the homes, ROOT, `--hide`) cannot be carved out
@@ -126,7 +132,8 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
         found.grant(g, dir);
     }
     let Found { read, mut files, .. } = found;
-    files.sort();
+    // By bytes, as [`ruleset`] looks them up.
+    files.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
     let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
     let mut writable: Vec<PathBuf> = write.iter().filter(exists).cloned().collect();
     writable.dedup();
@@ -259,13 +266,14 @@ pub fn protections(abi: Option<u32>, deny_tcp: bool) -> (Vec<(String, String)>, 
     (by, missing)
 }
 
-/// Enforces `rules` on this process (and everything it executes).
-/// `PR_SET_NO_NEW_PRIVS` must be set. Err when Landlock enforced nothing.
-pub fn enforce(rules: &Rules) -> Result<(), Refused> {
+/// A Landlock ruleset holding `rules`, made and filled by runws; whoever
+/// holds the descriptor may enforce it on itself ([`restrict_self`], or the
+/// child's confinement, see [`crate::child::Confinement`]).
+pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
     use ::landlock::{
-        Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
-        RulesetStatus, Scope,
+        Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
     };
+    use std::os::unix::ffi::OsStrExt;
     const P: &str = "Landlock";
     let fail = |e: &dyn std::fmt::Display| Refused::new(P, e.to_string());
     let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(ABI)).map_err(|e| fail(&e))?;
@@ -278,21 +286,35 @@ pub fn enforce(rules: &Rules) -> Result<(), Refused> {
     let all = AccessFs::from_all(ABI);
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
     let file_only = AccessFs::from_file(ABI);
-    let sets = [(&rules.read, read), (&rules.write, all), (&rules.devices, device)];
-    for (paths, access) in sets {
+    let is_file = |p: &Path| {
+        rules.files.binary_search_by(|f| f.as_os_str().as_bytes().cmp(p.as_os_str().as_bytes())).is_ok()
+    };
+    let sets = [(&rules.read, read, false), (&rules.write, all, false), (&rules.devices, device, true)];
+    for (paths, access, device) in sets {
         for p in paths {
             // A path gone since runws listed it grants nothing.
             let Ok(fd) = PathFd::new(p) else { continue };
-            let file = rules.files.binary_search(p).is_ok() || rules.devices.contains(p);
-            let access = if file { access & file_only } else { access };
+            let access = if device || is_file(p) { access & file_only } else { access };
             created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
         }
     }
-    let status = created.restrict_self().map_err(|e| fail(&e))?;
-    match status.ruleset {
-        RulesetStatus::NotEnforced => Err(Refused::new(P, "the kernel enforced none of the rules")),
-        RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
-    }
+    Option::<std::os::fd::OwnedFd>::from(created)
+        .ok_or_else(|| Refused::new(P, "the kernel enforced none of the rules"))
+}
+
+/// Enforces the ruleset `fd` on this process (and everything it executes).
+/// `PR_SET_NO_NEW_PRIVS` must be set.
+pub fn restrict_self(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), Refused> {
+    crate::sys::ns::landlock_restrict_self(fd)
+        .map_err(|e| Refused::io("Landlock", "landlock_restrict_self", e))
+}
+
+/// Enforces `rules` on this process (and everything it executes), where
+/// the process makes the ruleset itself (the init of `--sandbox=try`).
+/// `PR_SET_NO_NEW_PRIVS` must be set.
+pub fn enforce(rules: &Rules) -> Result<(), Refused> {
+    use std::os::fd::AsFd;
+    restrict_self(ruleset(rules)?.as_fd())
 }
 
 #[cfg(test)]

@@ -13,6 +13,12 @@ use crate::error::{Error, IoContext, Result};
 use crate::manifest::Manifest;
 use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
 
+/// Whether runws holds any capability (root does): its child must then
+/// empty its bounding set, not merely try.
+fn holds_capabilities() -> bool {
+    rustix::thread::capabilities(None).map_or(true, |c| !c.permitted.is_empty())
+}
+
 /// The Landlock backend's side of [`super::prepare`]: no namespace, no mount; the
 /// rules the command's process enforces on itself (see
 /// [`super::landlock`]), and the run recorded as such. `why` says why the
@@ -136,7 +142,27 @@ pub fn prepare(
         report_fd: None,
         landlock: Some(rules.clone()),
     };
-    let (status_r, original_program) = hand_to_init(spec, &exe, &plan, true)?;
+    // The command's process confines itself with what runws prepared here
+    // (the ruleset filled, the filter compiled): no fork of runws, no init.
+    // `--sandbox=try` takes the init, which can go without a protection the
+    // kernel refuses and say so.
+    let (status, original_program) = if opts.try_mode {
+        let (status_r, original) = hand_to_init(spec, &exe, &plan, true)?;
+        (Some(status_r), original)
+    } else {
+        let ruleset = landlock::ruleset(&rules).map_err(|r| Error::Sandbox(r.to_string()))?;
+        spec.confine = Some(crate::child::Confinement {
+            cloexec_from: 3 + spec.listen.len() as u32,
+            bounding_required: holds_capabilities(),
+            landlock: Some(ruleset),
+            filter: super::seccomp::compiled(super::seccomp::Filter {
+                allow_userns: opts.allow_userns,
+                unix_sockets_only: opts.net == Net::None,
+            })
+            .map_err(|r| Error::Sandbox(r.to_string()))?,
+        });
+        (None, spec.program.clone())
+    };
     let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
     hidden.sort();
     hidden.dedup();
@@ -162,7 +188,7 @@ pub fn prepare(
     Ok(Setup {
         _cache_locks: cache_locks,
         kind: Kind::Sandbox,
-        status: Some(status_r),
+        status,
         report: None,
         reported: std::cell::Cell::new(None),
         broker: Some(broker),

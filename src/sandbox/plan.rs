@@ -643,8 +643,8 @@ pub(super) fn hand_to_init(
     }
     let (status_raw, plan_raw, report_raw) = (status_w.as_raw_fd(), plan_fd.as_raw_fd(), plan.report_fd);
     let (command, init_plan) = (spec.argv.clone(), plan.clone());
-    spec.in_process = in_process.then(|| -> Box<dyn FnOnce() -> u8> {
-        Box::new(move || {
+    spec.in_process = in_process.then(|| -> Box<dyn FnOnce(child::Gate) -> u8> {
+        Box::new(move |gate| {
             // In the forked child these descriptors are the init's alone: the
             // plan's copy is not needed, the status and report pipes are
             // handed to it.
@@ -653,7 +653,14 @@ pub(super) fn hand_to_init(
             let Some(status) = crate::sys::fd::claim_inherited(status_raw) else {
                 return crate::exit::FAILURE;
             };
-            super::init::run(super::init::Start { status, plan: init_plan, command, env, report })
+            super::init::run(super::init::Start {
+                status,
+                plan: init_plan,
+                command,
+                env,
+                report,
+                gate: Some(gate),
+            })
         })
     });
     let original_program = std::mem::replace(&mut spec.program, exe.to_path_buf());

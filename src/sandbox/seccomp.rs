@@ -462,12 +462,18 @@ fn program(filter: Filter) -> Vec<Insn> {
 /// Installs the filter on this process (and, through inheritance, on
 /// everything it executes). `PR_SET_NO_NEW_PRIVS` must already be set.
 pub fn install(filter: Filter) -> Result<(), Refused> {
+    let prog = compiled(filter)?;
+    crate::sys::ns::install_seccomp_filter(&prog)
+        .map_err(|e| Refused::new(P, format!("prctl(PR_SET_SECCOMP): {e}")))
+}
+
+/// The program of `filter`, for a process that installs it itself (see
+/// [`crate::child::Confinement`]); refused where no filter is defined.
+pub fn compiled(filter: Filter) -> Result<Vec<crate::sys::ns::Insn>, Refused> {
     if ABIS.is_empty() {
         return Err(Refused::new(P, "no filter is defined for this architecture"));
     }
-    let prog = program(filter);
-    crate::sys::ns::install_seccomp_filter(&prog)
-        .map_err(|e| Refused::new(P, format!("prctl(PR_SET_SECCOMP): {e}")))
+    Ok(program(filter))
 }
 
 #[cfg(test)]

@@ -58,7 +58,10 @@ pub struct Descriptors<'a> {
 /// runws code the forked child runs instead of executing the program; its
 /// result is the child's exit code.
 pub struct InProcess<'a> {
-    pub run: Box<dyn FnOnce() -> u8>,
+    /// Handed the gate, which it passes before anything of the run's own
+    /// runs: what comes before (the sandbox's confinement of itself) runs
+    /// while runws records the run.
+    pub run: Box<dyn FnOnce(Gate) -> u8>,
     /// Descriptors only `run` uses: close-on-exec cleared for it.
     pub keep: Vec<RawFd>,
     /// The child may run any code only when runws has a single thread.
@@ -67,6 +70,64 @@ pub struct InProcess<'a> {
     /// (`((arg_start, arg_end), (env_start, env_end))`, as /proc/self/stat
     /// gives them): the child, a copy of that memory, blanks them.
     pub strings: Option<((usize, usize), (usize, usize))>,
+}
+
+/// Restrictions the child puts on itself with direct system calls once its
+/// descriptors and directory are in place, before its gate (so while runws
+/// records the run): what the Landlock backend of the sandbox needs, which
+/// thereby takes no fork and no init of runws's own. In this order:
+/// no-new-privileges; every descriptor from `cloexec_from` up marked
+/// close-on-exec; the capability bounding set, the ambient set and the
+/// effective, permitted and inheritable sets emptied; the Landlock ruleset
+/// enforced; the system-call filter installed, last. A failure ends the
+/// child before the gate, with the step and errno on the error pipe (see
+/// [`Confinement::step_name`]).
+pub struct Confinement {
+    pub cloexec_from: u32,
+    /// Whether an empty bounding set is required: a process that holds no
+    /// capability cannot drop it (CAP_SETPCAP), nor gain anything back with
+    /// no-new-privileges set.
+    pub bounding_required: bool,
+    /// A Landlock ruleset, filled by runws (the child only enforces it).
+    pub landlock: Option<std::os::fd::OwnedFd>,
+    /// A seccomp program (classic BPF), installed last.
+    pub filter: Vec<super::ns::Insn>,
+}
+
+/// The steps of a [`Confinement`], numbered as the error pipe reports them.
+const STEP_NO_NEW_PRIVS: i32 = 1;
+const STEP_CLOEXEC: i32 = 2;
+const STEP_BOUNDING: i32 = 3;
+const STEP_AMBIENT: i32 = 4;
+const STEP_CAPSET: i32 = 5;
+const STEP_LANDLOCK: i32 = 6;
+const STEP_FILTER: i32 = 7;
+
+impl Confinement {
+    /// What failed, for a step number the child reported.
+    pub fn step_name(step: i32) -> &'static str {
+        match step {
+            STEP_NO_NEW_PRIVS => "no-new-privileges flag: prctl",
+            STEP_CLOEXEC => "descriptor isolation: close_range",
+            STEP_BOUNDING => "capability drop: cannot drop the bounding set",
+            STEP_AMBIENT => "capability drop: cannot clear the ambient set",
+            STEP_CAPSET => "capability drop: capset",
+            STEP_LANDLOCK => "Landlock: landlock_restrict_self",
+            STEP_FILTER => "system-call filter: prctl(PR_SET_SECCOMP)",
+            _ => "confinement",
+        }
+    }
+}
+
+/// A [`Confinement`] as the child reads it.
+#[derive(Clone, Copy)]
+struct RawConfinement {
+    cloexec_from: u32,
+    bounding_required: bool,
+    /// -1: none.
+    landlock: RawFd,
+    filter: *const super::ns::Insn,
+    filter_len: u16,
 }
 
 /// Everything the child reads, as raw pointers into buffers that outlive it.
@@ -92,6 +153,35 @@ struct Launch {
     /// that shows as the gate's end of file instead (the child holds no
     /// copy of the gate's write end).
     die_with_parent: bool,
+    /// The gate is passed later, by the code run in process ([`Gate`]).
+    defer_gate: bool,
+    confine: Option<RawConfinement>,
+}
+
+/// The gate of a child that runs runws's code in process: passed by that
+/// code once it has done what may come before the run is recorded.
+pub struct Gate {
+    fd: RawFd,
+}
+
+impl Gate {
+    /// Waits for runws's word; ends the child with 125, as the gate of
+    /// [`prepare`] does, when runws closed the gate or died instead. Signals
+    /// stay as they were (the caller blocks and restores its own).
+    pub fn pass(self) {
+        let mut byte = [0u8; 1];
+        // SAFETY: the descriptor is the gate's read end, which this child
+        // keeps open (close-on-exec) until it executes.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        loop {
+            match nix::unistd::read(fd, &mut byte) {
+                Ok(1) => return,
+                Err(nix::errno::Errno::EINTR) => continue,
+                // runws gave up on this run before it started.
+                _ => super::proc::exit_now(125),
+            }
+        }
+    }
 }
 
 /// The buffers a [`Launch`] points into. Moving a `Vec` or `CString` does
@@ -103,6 +193,7 @@ struct Buffers {
     _listen_pid: Vec<u8>,
     _listen: Vec<RawFd>,
     _keep: Vec<RawFd>,
+    _filter: Vec<super::ns::Insn>,
 }
 
 /// Whether this architecture starts children with `clone(CLONE_VM)`; the
@@ -119,8 +210,12 @@ pub fn start(
     fds: &Descriptors<'_>,
     foreground: bool,
     in_process: Option<InProcess<'_>>,
+    confine: Option<&Confinement>,
     share_memory: bool,
 ) -> std::io::Result<(Pid, Option<Shared>)> {
+    let filter: Vec<super::ns::Insn> = confine.map(|c| c.filter.clone()).unwrap_or_default();
+    let filter_len =
+        u16::try_from(filter.len()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let mut argv: Vec<*const libc::c_char> = image.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     // LISTEN_PID must name the child, known only once it exists: the child
@@ -153,7 +248,17 @@ pub fn start(
         // Within the buffer, which has 24 bytes after the offset.
         listen_pid: image.listen_pid.then(|| listen_pid[pid_offset..].as_mut_ptr()),
         foreground,
-        die_with_parent: in_process.is_some(),
+        // A sandbox's command dies with runws, as its PID 1 does under
+        // namespaces.
+        die_with_parent: in_process.is_some() || confine.is_some(),
+        defer_gate: in_process.is_some(),
+        confine: confine.map(|c| RawConfinement {
+            cloexec_from: c.cloexec_from,
+            bounding_required: c.bounding_required,
+            landlock: c.landlock.as_ref().map_or(-1, |f| f.as_raw_fd()),
+            filter: filter.as_ptr(),
+            filter_len,
+        }),
     });
     let held = Buffers {
         _image: image,
@@ -162,6 +267,7 @@ pub fn start(
         _listen_pid: listen_pid,
         _listen: listen,
         _keep: keep,
+        _filter: filter,
     };
     match in_process {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -199,18 +305,20 @@ fn child_after_fork(l: &Launch, in_process: Option<InProcess<'_>>) -> ! {
         // SAFETY: F_SETFD with 0 only clears a flag; on a closed number it fails with EBADF.
         unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
     }
-    close_on_exec_now();
+    close_on_exec_now(l.gate);
     hide_command_line_and_environment(strings);
+    let gate = Gate { fd: l.gate };
     // A panic must end this child here: unwinding would run runws's own
     // destructors (its lease, its files) in a copy of runws.
-    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or(crate::exit::FAILURE);
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || run(gate)))
+        .unwrap_or(crate::exit::FAILURE);
     super::proc::exit_now(i32::from(code))
 }
 
-/// Closes every descriptor marked close-on-exec, as an exec would. Only in
-/// a child forked for `InProcess`, which uses none of runws's descriptors
-/// beyond those it keeps.
-fn close_on_exec_now() {
+/// Closes every descriptor marked close-on-exec but the gate's, as an exec
+/// would. Only in a child forked for `InProcess`, which uses none of
+/// runws's descriptors beyond those it keeps (and the gate, passed later).
+fn close_on_exec_now(gate: RawFd) {
     // The open descriptors, listed (collected first: the listing's own
     // descriptor closes with it); else every number below the limit.
     let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
@@ -220,7 +328,7 @@ fn close_on_exec_now() {
             (0..limit.current.unwrap_or(1 << 20).min(1 << 20) as RawFd).collect()
         }
     };
-    for fd in fds {
+    for fd in fds.into_iter().filter(|&fd| fd != gate) {
         // SAFETY: F_GETFD on a closed number just fails; a descriptor closed here is owned by runws's memory, which this child abandons (it never returns to it).
         unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFD);
@@ -319,6 +427,94 @@ unsafe fn fail(errors: RawFd, errno: isize) -> ! {
     unreachable_end()
 }
 
+/// Reports a [`Confinement`] step's failure (the errno, then the step) and
+/// ends the child.
+///
+/// # Safety
+/// Only in the child.
+unsafe fn fail_at(errors: RawFd, step: i32, errno: isize) -> ! {
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&(errno as i32).to_ne_bytes());
+    bytes[4..].copy_from_slice(&step.to_ne_bytes());
+    // SAFETY: write of an 8-byte buffer on our stack, then exit_group.
+    unsafe {
+        sys(libc::SYS_write, errors as usize, bytes.as_ptr() as usize, 8, 0);
+        sys(libc::SYS_exit_group, 127, 0, 0, 0);
+    }
+    unreachable_end()
+}
+
+/// The steps of a [`Confinement`], with direct system calls.
+///
+/// # Safety
+/// Only in the child, from [`prepare`]; `c.filter` points at `c.filter_len`
+/// instructions that outlive the child.
+unsafe fn confine(errors: RawFd, c: &RawConfinement) {
+    // SAFETY: system calls on this child's own state, reading only buffers on its stack and the filter the contract keeps valid.
+    unsafe {
+        let check = |step: i32, r: isize| {
+            if r < 0 {
+                fail_at(errors, step, -r);
+            }
+        };
+        check(STEP_NO_NEW_PRIVS, sys(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0));
+        const CLOSE_RANGE_CLOEXEC: usize = 1 << 2;
+        check(
+            STEP_CLOEXEC,
+            sys(libc::SYS_close_range, c.cloexec_from as usize, u32::MAX as usize, CLOSE_RANGE_CLOEXEC, 0),
+        );
+        for cap in 0..64usize {
+            let r = sys(libc::SYS_prctl, libc::PR_CAPBSET_DROP as usize, cap, 0, 0);
+            // EINVAL: past the last capability this kernel knows.
+            if r == -(libc::EINVAL as isize) {
+                break;
+            }
+            if r < 0 {
+                if c.bounding_required {
+                    fail_at(errors, STEP_BOUNDING, -r);
+                }
+                break;
+            }
+        }
+        check(
+            STEP_AMBIENT,
+            sys(
+                libc::SYS_prctl,
+                libc::PR_CAP_AMBIENT as usize,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+                0,
+                0,
+            ),
+        );
+        // struct __user_cap_header_struct (version 3, this process) and two
+        // empty struct __user_cap_data_struct.
+        let header: [u32; 2] = [0x2008_0522, 0];
+        let data = [0u32; 6];
+        check(STEP_CAPSET, sys(libc::SYS_capset, header.as_ptr() as usize, data.as_ptr() as usize, 0, 0));
+        if c.landlock >= 0 {
+            check(STEP_LANDLOCK, sys(libc::SYS_landlock_restrict_self, c.landlock as usize, 0, 0, 0));
+        }
+        if c.filter_len > 0 {
+            #[repr(C)]
+            struct Fprog {
+                len: u16,
+                filter: *const super::ns::Insn,
+            }
+            let prog = Fprog { len: c.filter_len, filter: c.filter };
+            check(
+                STEP_FILTER,
+                sys(
+                    libc::SYS_prctl,
+                    libc::PR_SET_SECCOMP as usize,
+                    libc::SECCOMP_MODE_FILTER as usize,
+                    &prog as *const Fprog as usize,
+                    0,
+                ),
+            );
+        }
+    }
+}
+
 fn unreachable_end() -> ! {
     // exit_group does not return; spin rather than reach code that could
     // unwind or allocate in runws's memory.
@@ -329,7 +525,8 @@ fn unreachable_end() -> ! {
 /// The child's steps up to the gate: its own process group and the
 /// terminal's foreground when runws had it, else a session of its own;
 /// SIGPIPE back to default, the descriptors in place, LISTEN_PID, the
-/// working directory; then it waits until runws has recorded it. Returns
+/// working directory; then it waits until runws has recorded it (but for
+/// a child that runs runws's code, which passes its [`Gate`] itself). Returns
 /// once the gate opened; ends the child with 125 when runws closed the gate
 /// or died instead, or reports an errno.
 ///
@@ -404,18 +601,23 @@ unsafe fn prepare(l: &Launch) {
         if l.die_with_parent {
             sys(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as usize, libc::SIGKILL as usize, 0, 0);
         }
+        if let Some(c) = l.confine {
+            confine(l.errors, &c);
+        }
         let mut byte = 0u8;
-        loop {
-            let n = sys(libc::SYS_read, l.gate as usize, &mut byte as *mut u8 as usize, 1, 0);
-            if n == 1 {
-                break;
+        if !l.defer_gate {
+            loop {
+                let n = sys(libc::SYS_read, l.gate as usize, &mut byte as *mut u8 as usize, 1, 0);
+                if n == 1 {
+                    break;
+                }
+                if n == -(libc::EINTR as isize) {
+                    continue;
+                }
+                // runws gave up on this run before it started.
+                sys(libc::SYS_exit_group, 125, 0, 0, 0);
+                unreachable_end();
             }
-            if n == -(libc::EINTR as isize) {
-                continue;
-            }
-            // runws gave up on this run before it started.
-            sys(libc::SYS_exit_group, 125, 0, 0, 0);
-            unreachable_end();
         }
         // The signals runws reads from its signalfd are blocked here too.
         unblock_signals();

@@ -27,7 +27,8 @@ pub mod proc;
 
 /// A system call with up to four arguments made without libc (so `errno`,
 /// shared with runws in a `CLONE_VM` child, is never written); a negative
-/// result is `-errno`.
+/// result is `-errno`. The fifth argument is zero (`prctl` refuses some
+/// options otherwise).
 ///
 /// # Safety
 /// As for the call made: the arguments must be what the kernel expects.
@@ -39,7 +40,7 @@ unsafe fn raw(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
         std::arch::asm!(
             "syscall",
             inlateout("rax") n as isize => ret,
-            in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d,
+            in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") 0usize,
             lateout("rcx") _, lateout("r11") _,
             options(nostack),
         );
@@ -47,7 +48,8 @@ unsafe fn raw(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
     ret
 }
 
-/// A system call with up to four arguments; a negative result is `-errno`.
+/// A system call with up to four arguments (the fifth zero); a negative
+/// result is `-errno`.
 ///
 /// # Safety
 /// As for the call made: the arguments must be what the kernel expects.
@@ -60,7 +62,7 @@ unsafe fn raw(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
             "svc 0",
             in("x8") n,
             inlateout("x0") a as isize => ret,
-            in("x1") b, in("x2") c, in("x3") d,
+            in("x1") b, in("x2") c, in("x3") d, in("x4") 0usize,
             options(nostack),
         );
     }
@@ -76,7 +78,7 @@ unsafe fn raw(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize 
 unsafe fn raw(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     // SAFETY: the caller's contract.
     unsafe {
-        let r = libc::syscall(n, a, b, c, d);
+        let r = libc::syscall(n, a, b, c, d, 0usize);
         if r < 0 { -(*libc::__errno_location() as isize) } else { r as isize }
     }
 }

@@ -352,6 +352,15 @@ pub fn set_interface_flags(sock: &OwnedFd, name: &str, flags: libc::c_short) -> 
     Ok(())
 }
 
+/// Enforces the Landlock ruleset `fd` on this process and everything it
+/// executes (`PR_SET_NO_NEW_PRIVS` set, or CAP_SYS_ADMIN held).
+pub fn landlock_restrict_self(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: landlock_restrict_self reads only its two integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) };
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// The Landlock ABI version the running kernel offers, or `None` where it
 /// has none (not built in, or not enabled at boot).
 pub fn landlock_abi() -> Option<u32> {

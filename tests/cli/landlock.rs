@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::harness::*;
 use crate::sandbox::{Retry, Who, everyone, runws_as};
@@ -604,4 +605,97 @@ fn what_landlock_leaves_to_file_permissions() {
     }
     let m = env.run(&["show", "--json", "last"]);
     assert!(m.stdout.contains("modes and times"), "{}", m.stdout);
+}
+
+/// Makes `landlock_restrict_self` fail with EPERM (what a kernel refusing
+/// the ruleset says), in the process that becomes runws; everything else
+/// of Landlock works, so runws takes the backend and its child fails.
+fn refuse_landlock_enforcement() -> std::io::Result<()> {
+    use nix::libc;
+    let stmt = |code: u16, k: u32| libc::sock_filter { code, jt: 0, jf: 0, k };
+    let jump = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
+    let filter = [
+        stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
+        jump(
+            (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            libc::SYS_landlock_restrict_self as u32,
+            0,
+            1,
+        ),
+        stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+    // SAFETY: prctl with a filter program that lives on this stack frame
+    // for the duration of the call.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog)
+                != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The command's process confines itself while runws records the run, and
+/// may fail at it before runws lets it through: the run is refused with
+/// the confinement's own reason every time, whichever comes first (the
+/// child's end or runws's word to go on), and the command never runs.
+#[test]
+fn a_confinement_that_fails_before_the_gate_is_reported_with_its_reason() {
+    for who in everyone() {
+        let env = Env::new();
+        if no_landlock(&env, who) {
+            return;
+        }
+        for i in 0..25 {
+            let marker = env.path(&format!("ran-{i}"));
+            let mut cmd = runws_as(
+                &env,
+                who,
+                &["run", "--sandbox=landlock", "--", "sh", "-c", &format!("echo x > {}", marker.display())],
+            );
+            // SAFETY: the closure only calls prctl.
+            unsafe { cmd.pre_exec(refuse_landlock_enforcement) };
+            let out = Out::from(cmd.output_retrying());
+            out.code(125).one_line_error();
+            assert!(out.stderr.contains("Landlock"), "{who:?} {i}: {}", out.stderr);
+            assert!(!marker.exists(), "{who:?} {i}: the command ran");
+        }
+    }
+}
+
+/// As a namespace sandbox's PID 1 does, a landlocked command dies with
+/// runws: a runws killed with SIGKILL leaves no confined command running on
+/// unwatched (what the command itself left behind is the reaper's, as for
+/// a plain run).
+#[test]
+fn a_landlocked_command_dies_with_runws() {
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let mut runws = env
+        .cmd(&[
+            "run",
+            "--sandbox=landlock",
+            "--run-id",
+            "dies",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > pid; exec sleep 60",
+        ])
+        .spawn()
+        .unwrap();
+    let pid_file = env.run_dir("dies").join("work/pid");
+    assert!(wait_until(Duration::from_secs(10), || std::fs::read_to_string(&pid_file)
+        .is_ok_and(|s| s.ends_with('\n'))));
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(alive(pid));
+    runws.kill().unwrap();
+    runws.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the command outlived runws");
 }
