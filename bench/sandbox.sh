@@ -112,14 +112,16 @@ landlock() {
       "$disk/runws run --root $root --ports 1 --sandbox=ns --net none -- /bin/true" \
       "$BWRAP"
   done
+  # The same copy of the binary as above: where the executable lies changes
+  # its start-up (an overlay against ext4 or tmpfs), and bwrap's is on disk.
   for where in disk tmpfs; do
-    local root=$WORK/root-ll
-    [ "$where" = tmpfs ] && root=$SHM/root-ll
+    local root=$disk/root-$(id -un)
+    [ "$where" = tmpfs ] && root=$shm/root-$(id -un)
     echo "== as $(id -un) ($where root): the same"
     python3 bench/interleave.py 300 \
-      "$BIN run --root $root --ports 1 -- /bin/true" \
-      "$BIN run --root $root --ports 1 --sandbox=landlock --net none -- /bin/true" \
-      "$BIN run --root $root --ports 1 --sandbox=ns --net none -- /bin/true" \
+      "$disk/runws run --root $root --ports 1 -- /bin/true" \
+      "$disk/runws run --root $root --ports 1 --sandbox=landlock --net none -- /bin/true" \
+      "$disk/runws run --root $root --ports 1 --sandbox=ns --net none -- /bin/true" \
       "$BWRAP"
   done
   rm -rf "$disk" "$shm"

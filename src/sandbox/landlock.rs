@@ -135,9 +135,15 @@ pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tc
     // By bytes, as [`ruleset`] looks them up.
     files.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
     let devices = DEVICES.iter().map(PathBuf::from).filter(|d| d.exists()).collect();
-    let mut writable: Vec<PathBuf> = write.iter().filter(exists).cloned().collect();
-    writable.dedup();
-    Rules { read, files, write: writable, devices, deny_tcp }
+    Rules { read, files, write: writable(write), devices, deny_tcp }
+}
+
+/// The paths of `write` that exist (one that does not grants nothing).
+pub fn writable(write: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> =
+        write.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()).cloned().collect();
+    out.dedup();
+    out
 }
 
 /// What [`readable`] grants: every path, and which of them are not
@@ -266,22 +272,26 @@ pub fn protections(abi: Option<u32>, deny_tcp: bool) -> (Vec<(String, String)>, 
     (by, missing)
 }
 
-/// A Landlock ruleset holding `rules`, made and filled by runws; whoever
-/// holds the descriptor may enforce it on itself ([`restrict_self`], or the
-/// child's confinement, see [`crate::child::Confinement`]).
-pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
-    use ::landlock::{
-        Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
-    };
-    use std::os::unix::ffi::OsStrExt;
-    const P: &str = "Landlock";
-    let fail = |e: &dyn std::fmt::Display| Refused::new(P, e.to_string());
+/// An empty Landlock ruleset that handles every right runws asks for (and
+/// TCP when `deny_tcp`), with the run's scopes.
+fn created(deny_tcp: bool) -> Result<::landlock::RulesetCreated, Refused> {
+    use ::landlock::{Access, AccessFs, AccessNet, Ruleset, RulesetAttr, Scope};
+    let fail = |e: &dyn std::fmt::Display| Refused::new("Landlock", e.to_string());
     let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(ABI)).map_err(|e| fail(&e))?;
-    if rules.deny_tcp {
+    if deny_tcp {
         ruleset = ruleset.handle_access(AccessNet::from_all(ABI)).map_err(|e| fail(&e))?;
     }
     ruleset = ruleset.scope(Scope::from_all(ABI)).map_err(|e| fail(&e))?;
-    let mut created = ruleset.create().map_err(|e| fail(&e))?;
+    ruleset.create().map_err(|e| fail(&e))
+}
+
+/// Adds `rules` to `created`.
+fn fill(
+    mut created: ::landlock::RulesetCreated,
+    rules: &Rules,
+) -> Result<::landlock::RulesetCreated, Refused> {
+    use ::landlock::{Access, AccessFs, PathBeneath, PathFd, RulesetCreatedAttr};
+    use std::os::unix::ffi::OsStrExt;
     let read = AccessFs::from_read(ABI);
     let all = AccessFs::from_all(ABI);
     let device = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
@@ -295,11 +305,66 @@ pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
             // A path gone since runws listed it grants nothing.
             let Ok(fd) = PathFd::new(p) else { continue };
             let access = if device || is_file(p) { access & file_only } else { access };
-            created = created.add_rule(PathBeneath::new(fd, access)).map_err(|e| fail(&e))?;
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| Refused::new("Landlock", e.to_string()))?;
         }
     }
+    Ok(created)
+}
+
+/// The ruleset's descriptor; `None` from the crate means the kernel
+/// enforces nothing.
+fn descriptor(created: ::landlock::RulesetCreated) -> Result<std::os::fd::OwnedFd, Refused> {
     Option::<std::os::fd::OwnedFd>::from(created)
-        .ok_or_else(|| Refused::new(P, "the kernel enforced none of the rules"))
+        .ok_or_else(|| Refused::new("Landlock", "the kernel enforced none of the rules"))
+}
+
+/// A Landlock ruleset holding `rules`; whoever holds the descriptor may
+/// enforce it on itself ([`restrict_self`]).
+pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
+    descriptor(fill(created(rules.deny_tcp)?, rules)?)
+}
+
+/// What the rules are computed from (see [`rules`]).
+pub struct Grants {
+    pub hidden: Vec<PathBuf>,
+    pub granted: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny_tcp: bool,
+}
+
+/// A ruleset being filled on a thread of its own while runws starts the
+/// run: listing the hierarchies around the hidden paths and opening each
+/// grant (180 of them as root, most for `/etc`) takes about a millisecond,
+/// which the recording of the run and the command's own start-up hide.
+/// The command's process holds a copy of the descriptor from the start and
+/// enforces it only past its gate, which opens after [`Filling::finish`].
+pub struct Filling {
+    thread: std::thread::JoinHandle<Result<(), Refused>>,
+}
+
+impl Filling {
+    /// Starts filling a new ruleset with the rules of `grants`; returns the
+    /// descriptor to hand to the command's process.
+    pub fn start(grants: Grants) -> Result<(Filling, std::os::fd::OwnedFd), Refused> {
+        let created = created(grants.deny_tcp)?;
+        let copy = created.try_clone().map_err(|e| Refused::io("Landlock", "dup", e))?;
+        let fd = descriptor(copy)?;
+        let thread = std::thread::Builder::new()
+            .name("landlock-rules".into())
+            .spawn(move || {
+                let rules = rules(&grants.hidden, &grants.granted, &grants.write, grants.deny_tcp);
+                fill(created, &rules).map(drop)
+            })
+            .map_err(|e| Refused::io("Landlock", "cannot start a thread", e))?;
+        Ok((Filling { thread }, fd))
+    }
+
+    /// Waits until every rule is in the ruleset.
+    pub fn finish(self) -> Result<(), Refused> {
+        self.thread.join().unwrap_or_else(|_| Err(Refused::new("Landlock", "the rules' thread failed")))
+    }
 }
 
 /// Enforces the ruleset `fd` on this process (and everything it executes).

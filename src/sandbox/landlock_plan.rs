@@ -122,46 +122,51 @@ pub fn prepare(
             )));
         }
     }
-    let rules = landlock::rules(&hidden_resolved, &granted, &write, opts.net == Net::None);
-    let plan = Plan {
-        kind: Kind::Sandbox,
-        try_mode: opts.try_mode,
-        net: opts.net,
-        user_namespace: false,
-        uid,
-        gid,
-        runws_pid: std::process::id() as i32,
-        program: spec.program.clone(),
-        cwd: spec.cwd.clone(),
-        run_dir: run_dir.clone(),
-        mounts: Vec::new(),
-        allow_userns: opts.allow_userns,
-        unprivileged: None,
-        own_userns_fd: None,
-        net_fd: None,
-        report_fd: None,
-        landlock: Some(rules.clone()),
-    };
-    // The command's process confines itself with what runws prepared here
-    // (the ruleset filled, the filter compiled): no fork of runws, no init.
-    // `--sandbox=try` takes the init, which can go without a protection the
-    // kernel refuses and say so.
-    let (status, original_program) = if opts.try_mode {
+    let deny_tcp = opts.net == Net::None;
+    let writable = landlock::writable(&write);
+    // The command's process confines itself with what runws prepares here
+    // (the ruleset, filled on another thread while the run starts; the
+    // filter compiled): no fork of runws, no init. `--sandbox=try` takes
+    // the init, which can go without a protection the kernel refuses and
+    // say so.
+    let (status, original_program, filling) = if opts.try_mode {
+        let plan = Plan {
+            kind: Kind::Sandbox,
+            try_mode: opts.try_mode,
+            net: opts.net,
+            user_namespace: false,
+            uid,
+            gid,
+            runws_pid: std::process::id() as i32,
+            program: spec.program.clone(),
+            cwd: spec.cwd.clone(),
+            run_dir: run_dir.clone(),
+            mounts: Vec::new(),
+            allow_userns: opts.allow_userns,
+            unprivileged: None,
+            own_userns_fd: None,
+            net_fd: None,
+            report_fd: None,
+            landlock: Some(landlock::rules(&hidden_resolved, &granted, &write, deny_tcp)),
+        };
         let (status_r, original) = hand_to_init(spec, &exe, &plan, true)?;
-        (Some(status_r), original)
+        (Some(status_r), original, None)
     } else {
-        let ruleset = landlock::ruleset(&rules).map_err(|r| Error::Sandbox(r.to_string()))?;
+        let filter = super::seccomp::compiled(super::seccomp::Filter {
+            allow_userns: opts.allow_userns,
+            unix_sockets_only: deny_tcp,
+        })
+        .map_err(|r| Error::Sandbox(r.to_string()))?;
+        let grants = landlock::Grants { hidden: hidden_resolved, granted, write, deny_tcp };
+        let (filling, ruleset) =
+            landlock::Filling::start(grants).map_err(|r| Error::Sandbox(r.to_string()))?;
         spec.confine = Some(crate::child::Confinement {
             cloexec_from: 3 + spec.listen.len() as u32,
             bounding_required: holds_capabilities(),
             landlock: Some(ruleset),
-            filter: super::seccomp::compiled(super::seccomp::Filter {
-                allow_userns: opts.allow_userns,
-                unix_sockets_only: opts.net == Net::None,
-            })
-            .map_err(|r| Error::Sandbox(r.to_string()))?,
+            filter,
         });
-        (None, spec.program.clone())
+        (None, spec.program.clone(), Some(filling))
     };
     let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
     hidden.sort();
@@ -175,7 +180,7 @@ pub fn prepare(
         landlock: Some(super::LandlockRecord {
             abi: abi.unwrap_or(0),
             hidden: shown(&hidden),
-            writable: shown(&rules.write),
+            writable: shown(&writable),
         }),
         ..asked(opts)
     };
@@ -198,5 +203,6 @@ pub fn prepare(
         git_common: None,
         landlock: true,
         proxy: None,
+        filling,
     })
 }

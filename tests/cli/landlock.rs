@@ -607,21 +607,15 @@ fn what_landlock_leaves_to_file_permissions() {
     assert!(m.stdout.contains("modes and times"), "{}", m.stdout);
 }
 
-/// Makes `landlock_restrict_self` fail with EPERM (what a kernel refusing
-/// the ruleset says), in the process that becomes runws; everything else
-/// of Landlock works, so runws takes the backend and its child fails.
-fn refuse_landlock_enforcement() -> std::io::Result<()> {
+/// Makes system call `nr` fail with EPERM, in the process that becomes
+/// runws (and so in the command's process, which confines itself).
+fn refuse_call(nr: nix::libc::c_long) -> std::io::Result<()> {
     use nix::libc;
     let stmt = |code: u16, k: u32| libc::sock_filter { code, jt: 0, jf: 0, k };
     let jump = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
     let filter = [
         stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
-        jump(
-            (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            libc::SYS_landlock_restrict_self as u32,
-            0,
-            1,
-        ),
+        jump((libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16, nr as u32, 0, 1),
         stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
         stmt((libc::BPF_RET | libc::BPF_K) as u16, libc::SECCOMP_RET_ALLOW),
     ];
@@ -639,30 +633,41 @@ fn refuse_landlock_enforcement() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The command's process confines itself while runws records the run, and
-/// may fail at it before runws lets it through: the run is refused with
-/// the confinement's own reason every time, whichever comes first (the
-/// child's end or runws's word to go on), and the command never runs.
+/// The command's process confines itself, partly while runws records the
+/// run (its capabilities, before its gate) and partly after (the ruleset,
+/// past it), and may fail at either: the run is refused with the step's
+/// own reason every time, whichever comes first (the child's end or
+/// runws's word to go on), and the command never runs.
 #[test]
-fn a_confinement_that_fails_before_the_gate_is_reported_with_its_reason() {
+fn a_confinement_that_fails_is_reported_with_its_reason() {
+    use nix::libc;
     for who in everyone() {
         let env = Env::new();
         if no_landlock(&env, who) {
             return;
         }
-        for i in 0..25 {
-            let marker = env.path(&format!("ran-{i}"));
-            let mut cmd = runws_as(
-                &env,
-                who,
-                &["run", "--sandbox=landlock", "--", "sh", "-c", &format!("echo x > {}", marker.display())],
-            );
-            // SAFETY: the closure only calls prctl.
-            unsafe { cmd.pre_exec(refuse_landlock_enforcement) };
-            let out = Out::from(cmd.output_retrying());
-            out.code(125).one_line_error();
-            assert!(out.stderr.contains("Landlock"), "{who:?} {i}: {}", out.stderr);
-            assert!(!marker.exists(), "{who:?} {i}: the command ran");
+        for (nr, says) in [(libc::SYS_landlock_restrict_self, "Landlock"), (libc::SYS_capset, "capset")] {
+            for i in 0..15 {
+                let marker = env.path(&format!("ran-{nr}-{i}"));
+                let mut cmd = runws_as(
+                    &env,
+                    who,
+                    &[
+                        "run",
+                        "--sandbox=landlock",
+                        "--",
+                        "sh",
+                        "-c",
+                        &format!("echo x > {}", marker.display()),
+                    ],
+                );
+                // SAFETY: the closure only calls prctl.
+                unsafe { cmd.pre_exec(move || refuse_call(nr)) };
+                let out = Out::from(cmd.output_retrying());
+                out.code(125).one_line_error();
+                assert!(out.stderr.contains(says), "{who:?} {says} {i}: {}", out.stderr);
+                assert!(!marker.exists(), "{who:?} {says} {i}: the command ran");
+            }
         }
     }
 }
