@@ -22,6 +22,7 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -403,6 +404,13 @@ impl Drop for Group {
 fn remove_dirs(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut left = Vec::new();
     for top in dirs {
+        // Most often the group is empty and has no group inside it: gone at
+        // the first try, without a listing.
+        match fs::remove_dir(top) {
+            Ok(()) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(_) => {}
+        }
         // Deepest first: a group is removed only once its children are.
         for d in subtree(top).iter().rev() {
             // A process that was just killed leaves the group a moment later:
@@ -435,6 +443,11 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
         let d = out[i].clone();
         i += 1;
         if d.components().count() > dir.components().count() + 32 {
+            continue;
+        }
+        // cgroupfs counts a directory's links as 2 plus its subdirectories:
+        // a group with none is not listed (its 10 to 40 control files).
+        if fs::symlink_metadata(&d).is_ok_and(|m| m.nlink() == 2) {
             continue;
         }
         let Ok(entries) = fs::read_dir(&d) else { continue };

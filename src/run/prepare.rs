@@ -124,12 +124,16 @@ pub(super) fn prepare<'r>(
             return Err(e).with_context(|| format!("cannot reserve the record of run `{id}`"));
         }
     };
-    let group = match make_group(&req, &root, &id, &mut m) {
+    // The group is made on another thread while the run is prepared: on
+    // cgroup v1 each hierarchy's directory and limits are kernel work of
+    // their own (about half a millisecond for three).
+    let making = GroupJob::start(&req, &root, &id);
+    let mut ports = Ports::none();
+    let made = make(&mut req, grants, lease.as_ref(), run, &root, &invoked_from, &mut m, &mut ports);
+    let group = match record_group(making.finish(), &req, &mut m) {
         Ok(g) => g,
         Err(e) => return Err(record_failure(run, m, e, Some(final_slot))),
     };
-    let mut ports = Ports::none();
-    let made = make(&mut req, grants, lease.as_ref(), run, &root, &invoked_from, &mut m, &mut ports);
     // Inputs, ports and the environment are recorded now: room for them.
     let grown = final_slot.allocate(m.to_json().len() as u64 + manifest::FINAL_ROOM);
     let (spec, capture, cwd) = match (made, grown) {
@@ -153,12 +157,48 @@ pub(super) fn prepare<'r>(
     })
 }
 
-/// The run's control group, made and recorded when it has limits; with
-/// `--limits=try`, a group that cannot be made is recorded as missing.
-fn make_group(
+/// The run's control group being made (see [`crate::cgroup::Group::create`]).
+struct GroupJob {
+    thread: Option<std::thread::JoinHandle<Result<Option<crate::cgroup::Group>, String>>>,
+    /// Made here when no thread could be started.
+    direct: Option<(String, crate::cgroup::Limits)>,
+}
+
+impl GroupJob {
+    /// Starts making the group of a run with limits, on a thread of its own.
+    fn start(req: &Request, root: &Root, id: &str) -> GroupJob {
+        let limits = req.limits;
+        if !limits.any() {
+            return GroupJob { thread: None, direct: None };
+        }
+        let name = crate::cgroup::name(root.path(), id);
+        let named = name.clone();
+        match std::thread::Builder::new()
+            .name("cgroup".into())
+            .spawn(move || crate::cgroup::Group::create(&named, &limits))
+        {
+            Ok(t) => GroupJob { thread: Some(t), direct: None },
+            Err(_) => GroupJob { thread: None, direct: Some((name, limits)) },
+        }
+    }
+
+    /// The group (`None` without limits), or why it could not be made.
+    fn finish(self) -> Result<Option<crate::cgroup::Group>, String> {
+        if let Some((name, limits)) = self.direct {
+            return crate::cgroup::Group::create(&name, &limits);
+        }
+        match self.thread {
+            Some(t) => t.join().unwrap_or_else(|_| Err("the thread making the control group failed".into())),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The run's control group, recorded when it has limits; with
+/// `--limits=try`, a group that could not be made is recorded as missing.
+fn record_group(
+    made: Result<Option<crate::cgroup::Group>, String>,
     req: &Request,
-    root: &Root,
-    id: &str,
     m: &mut Manifest,
 ) -> Result<Option<crate::cgroup::Group>, Error> {
     let limits = &req.limits;
@@ -171,7 +211,6 @@ fn make_group(
         cpu_limit: limits.cpu,
         ..Default::default()
     };
-    let made = crate::cgroup::Group::create(&crate::cgroup::name(root.path(), id), limits);
     let group = match made {
         Ok(g) => g,
         Err(why) if limits.try_mode => {

@@ -57,6 +57,19 @@ pub(super) struct Started<'r> {
     used_before: Used,
 }
 
+/// A memory limit at or above which the command's process may share
+/// runws's memory until its exec. The danger of sharing is the
+/// out-of-memory killer, which ends every process using its victim's
+/// memory: runws with the child, were the group's limit reached before the
+/// child has memory of its own. Until then the child (the group's only
+/// member) makes direct system calls on its own stack, which runws
+/// allocated and which count towards runws's group, not the run's; what an
+/// exec charges to the run's group before the child leaves runws's memory
+/// is the new memory's tables and the copied arguments and environment,
+/// bounded by the kernel at three quarters of 8 MiB (`_STK_LIM`) for the
+/// strings, far below this.
+const EXEC_CANNOT_REACH: u64 = 64 << 20;
+
 /// How a run that got as far as its fork ended: see [`super::Finished`].
 pub(super) struct Ended {
     pub code: u8,
@@ -94,8 +107,9 @@ impl<'r> Prepared<'r> {
         let program = spec.program.clone();
         let terminal = spec.foreground.then(|| nix::sys::termios::tcgetattr(std::io::stdin()).ok());
         // A child in a memory-limited group must not share runws's memory
-        // at its gate (see `Spec::own_memory`).
-        spec.own_memory = group.is_some() && req.limits.memory.is_some();
+        // at its gate (see `Spec::own_memory`), unless the limit is one its
+        // exec cannot reach (see [`EXEC_CANNOT_REACH`]).
+        spec.own_memory = group.is_some() && req.limits.memory.is_some_and(|m| m < EXEC_CANNOT_REACH);
         // Fork, record the child, then let it exec.
         let bracket = procinfo::Bracket::open();
         let paused = match child::spawn_paused(spec) {
