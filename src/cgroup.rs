@@ -345,6 +345,18 @@ impl Group {
         if self.v2 { "cgroup v2" } else { "cgroup v1" }
     }
 
+    /// On cgroup v1, the files through which the command's process puts
+    /// itself into the group at its gate (writing `0` to each hierarchy's
+    /// `tasks`): the kernel moves a thread that moves itself without taking
+    /// the lock that a move of another process takes for writing, which
+    /// waits for an RCU grace period once the machine has been quiet for a
+    /// moment (about 10 ms here: a single run, as cron starts one, paid it
+    /// every time). `None` on v2, where runws moves the process
+    /// ([`Group::admit`]).
+    pub fn self_admission(&self) -> Option<Vec<PathBuf>> {
+        (!self.v2).then(|| self.dirs.iter().map(|d| d.join("tasks")).collect())
+    }
+
     /// Puts process `pid` (waiting at its gate) into the group.
     pub fn admit(&self, pid: i32) -> io::Result<()> {
         for d in &self.dirs {

@@ -140,6 +140,9 @@ pub struct Spec {
     /// Restrictions the child puts on itself before its gate (see
     /// [`Confinement`]); not with `in_process`.
     pub confine: Option<Confinement>,
+    /// Files the child writes `0` to before anything else, to join control
+    /// groups (cgroup v1's `tasks`: see `cgroup::Group::self_admission`).
+    pub join_groups: Vec<PathBuf>,
 }
 
 /// The most listening sockets a child gets (at 3, 4, ...): runws keeps its
@@ -216,8 +219,15 @@ pub fn spawn_paused(spec: Spec) -> Result<Paused> {
     };
     let pid_namespace =
         if in_process.is_some() && spec.pid_namespace { PidNamespaceForChildren::enter() } else { None };
-    let started =
-        launch::start(image, &fds, spec.foreground, in_process, spec.confine.as_ref(), !spec.own_memory);
+    let started = launch::start(
+        image,
+        &fds,
+        spec.foreground,
+        in_process,
+        spec.confine.as_ref(),
+        &spec.join_groups,
+        !spec.own_memory,
+    );
     drop(pid_namespace);
     let (child, shared) = started.ctx("cannot start", &spec.program)?;
     drop(spec.in_process_keep);
@@ -302,6 +312,13 @@ fn child_error(errors: &OwnedFd, program: &Path) -> Option<Error> {
     match got {
         8 => {
             let step = i32::from_ne_bytes(buf[4..].try_into().ok()?);
+            if step == launch::STEP_JOIN {
+                return Some(Error::io(
+                    Confinement::step_name(step),
+                    program.display().to_string(),
+                    std::io::Error::from_raw_os_error(errno),
+                ));
+            }
             Some(Error::Sandbox(format!(
                 "{}: {}",
                 Confinement::step_name(step),
@@ -534,6 +551,7 @@ mod tests {
             pid_namespace: false,
             own_memory: false,
             confine: None,
+            join_groups: Vec::new(),
         }
     }
 

@@ -419,6 +419,7 @@ fn make(
         pid_namespace: false,
         own_memory: false,
         confine: None,
+        join_groups: Vec::new(),
     };
     let at = Preparing { run, root, exe: &exe, allow_import: &req.allow_import, worktree: worktree.as_ref() };
     req.isolation.prepare(&at, &mut spec, m)?;

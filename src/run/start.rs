@@ -110,6 +110,8 @@ impl<'r> Prepared<'r> {
         // at its gate (see `Spec::own_memory`), unless the limit is one its
         // exec cannot reach (see [`EXEC_CANNOT_REACH`]).
         spec.own_memory = group.is_some() && req.limits.memory.is_some_and(|m| m < EXEC_CANNOT_REACH);
+        let joins_itself = group.as_ref().and_then(crate::cgroup::Group::self_admission);
+        spec.join_groups = joins_itself.clone().unwrap_or_default();
         // Fork, record the child, then let it exec.
         let bracket = procinfo::Bracket::open();
         let paused = match child::spawn_paused(spec) {
@@ -118,7 +120,9 @@ impl<'r> Prepared<'r> {
         };
         let pid = paused.pid();
         // In its group before it can start anything: all it starts is too.
+        // (On cgroup v1 it joined by itself before its gate.)
         if let Some(g) = &group
+            && joins_itself.is_none()
             && let Err(e) = g.admit(pid.as_raw())
         {
             paused.abandon();

@@ -103,6 +103,9 @@ const STEP_AMBIENT: i32 = 4;
 const STEP_CAPSET: i32 = 5;
 const STEP_LANDLOCK: i32 = 6;
 const STEP_FILTER: i32 = 7;
+/// Not a [`Confinement`] step: joining a control group (see
+/// `child::Spec::join_groups`).
+pub const STEP_JOIN: i32 = 8;
 
 impl Confinement {
     /// What failed, for a step number the child reported.
@@ -115,6 +118,7 @@ impl Confinement {
             STEP_CAPSET => "capability drop: capset",
             STEP_LANDLOCK => "Landlock: landlock_restrict_self",
             STEP_FILTER => "system-call filter: prctl(PR_SET_SECCOMP)",
+            STEP_JOIN => "cannot put the command into its control group",
             _ => "confinement",
         }
     }
@@ -156,6 +160,10 @@ struct Launch {
     die_with_parent: bool,
     /// The gate is passed later, by the code run in process ([`Gate`]).
     defer_gate: bool,
+    /// Files to write `0` to first: control groups the child joins itself
+    /// (see `child::Spec::join_groups`).
+    join: *const *const libc::c_char,
+    join_len: usize,
     confine: Option<RawConfinement>,
 }
 
@@ -195,6 +203,8 @@ struct Buffers {
     _listen: Vec<RawFd>,
     _keep: Vec<RawFd>,
     _filter: Vec<super::ns::Insn>,
+    _join: Vec<CString>,
+    _join_ptrs: Vec<*const libc::c_char>,
 }
 
 /// Whether this architecture starts children with `clone(CLONE_VM)`; the
@@ -212,8 +222,16 @@ pub fn start(
     foreground: bool,
     in_process: Option<InProcess<'_>>,
     confine: Option<&Confinement>,
+    join: &[std::path::PathBuf],
     share_memory: bool,
 ) -> std::io::Result<(Pid, Option<Shared>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let join: Vec<CString> = join
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let join_ptrs: Vec<*const libc::c_char> = join.iter().map(|c| c.as_ptr()).collect();
     let filter: Vec<super::ns::Insn> = confine.map(|c| c.filter.clone()).unwrap_or_default();
     let filter_len =
         u16::try_from(filter.len()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -253,6 +271,8 @@ pub fn start(
         // namespaces.
         die_with_parent: in_process.is_some() || confine.is_some(),
         defer_gate: in_process.is_some(),
+        join: join_ptrs.as_ptr(),
+        join_len: join_ptrs.len(),
         confine: confine.map(|c| RawConfinement {
             cloexec_from: c.cloexec_from,
             bounding_required: c.bounding_required,
@@ -269,6 +289,8 @@ pub fn start(
         _listen: listen,
         _keep: keep,
         _filter: filter,
+        _join: join,
+        _join_ptrs: join_ptrs,
     };
     match in_process {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -562,6 +584,26 @@ unsafe fn prepare(l: &Launch) {
         // this one closed (first, before descriptors are placed over low
         // numbers), the gate reads end-of-file once runws closes it or dies.
         sys(libc::SYS_close, l.gate_writer as usize, 0, 0, 0);
+        // In the run's control groups before anything else: all it does and
+        // starts is counted and limited.
+        for i in 0..l.join_len {
+            let fd = sys(
+                libc::SYS_openat,
+                libc::AT_FDCWD as usize,
+                *l.join.add(i) as usize,
+                (libc::O_WRONLY | libc::O_CLOEXEC) as usize,
+                0,
+            );
+            if fd < 0 {
+                fail_at(l.errors, STEP_JOIN, -fd);
+            }
+            let zero = b'0';
+            let n = sys(libc::SYS_write, fd as usize, &zero as *const u8 as usize, 1, 0);
+            sys(libc::SYS_close, fd as usize, 0, 0, 0);
+            if n < 0 {
+                fail_at(l.errors, STEP_JOIN, -n);
+            }
+        }
         if l.foreground {
             // Stays in the terminal's session, for job control.
             sys(libc::SYS_setpgid, 0, 0, 0, 0);
