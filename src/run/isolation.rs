@@ -54,7 +54,7 @@ pub trait Isolation {
     /// the moment to make what only a dumpable process may, holding nothing
     /// of the run's yet. Never fails the run: what cannot be made here is
     /// made later, the slower way.
-    fn early(&mut self) {}
+    fn early(&mut self, _root: &Root) {}
 
     /// Before the fork: turns the plain `spec` into the isolated one and
     /// records the isolation in `m`.

@@ -73,7 +73,7 @@ pub fn run(mut req: Request) -> anyhow::Result<Finished> {
         )?),
         None => None,
     };
-    checked.req.isolation.early();
+    checked.req.isolation.early(&checked.root);
     // Held to the end of the run, whichever way it ends.
     let (_supervisor, signals) = prepare::Supervisor::start()?;
     let mut run = RunDir::create(&checked.root, &checked.id)?;

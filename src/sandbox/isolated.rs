@@ -21,11 +21,14 @@ pub struct Isolated {
     setup: Option<Setup>,
     /// `--net allow`: the proxy, serving from the moment the run opens.
     serving: Option<crate::egress::Serving>,
+    /// The Landlock backend: its walk of `/`, started by
+    /// [`Isolation::early`].
+    walk: Option<super::landlock::Walk>,
 }
 
 impl Isolated {
     pub fn new(opts: Options) -> Isolated {
-        Isolated { opts, own: None, own_failed: None, setup: None, serving: None }
+        Isolated { opts, own: None, own_failed: None, setup: None, serving: None, walk: None }
     }
 
     /// The backend of a sandbox: the one named, or namespaces unless
@@ -56,7 +59,7 @@ impl Isolation for Isolated {
     /// like root's, instead of a fresh `runws __sandbox-init` (an exec, and
     /// the loading and start of runws, on the command's path). Only the
     /// namespace and its two one-line maps exist yet: nothing of the run.
-    fn early(&mut self) {
+    fn early(&mut self, root: &crate::workspace::Root) {
         let uid = nix::unistd::getuid().as_raw();
         let wanted = self.opts.kind == Kind::Sandbox || self.opts.net == super::Net::Allow;
         if wanted && uid != 0 && self.opts.backend != Choice::Landlock {
@@ -65,6 +68,15 @@ impl Isolation for Isolated {
                 Ok(own) => self.own = Some(own),
                 Err(e) => self.own_failed = Some(e.to_string()),
             }
+        }
+        // A Landlock sandbox's walk of `/` needs only what the run hides:
+        // it starts now, while the run is made (see `landlock::Walk`).
+        if self.opts.kind == Kind::Sandbox
+            && !self.opts.try_mode
+            && self.opts.net != super::Net::Allow
+            && self.backend().0 == Backend::Landlock
+        {
+            self.walk = super::landlock_plan::early_walk(&self.opts, root.path());
         }
     }
 
@@ -90,7 +102,8 @@ impl Isolation for Isolated {
                 ));
             }
             self.own = None;
-            let setup = super::landlock_plan::prepare(&opts, spec, at.run, at.root, at.exe, why, m)?;
+            let walk = self.walk.take();
+            let setup = super::landlock_plan::prepare(&opts, spec, at.run, at.root, at.exe, why, walk, m)?;
             if let Some(rec) = m.sandbox.as_mut() {
                 rec.allow_import = Some(at.allow_import.to_vec());
             }

@@ -108,13 +108,31 @@ pub fn abi() -> Option<u32> {
 /// writable. Every path is resolved already (no symlink in it); one that
 /// does not exist grants nothing.
 pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tcp: bool) -> Rules {
-    let exists = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
+    complete(walk(hidden), granted, write, deny_tcp)
+}
+
+/// The first part of [`rules`], which needs only the hidden paths: every
+/// hierarchy under `/` that holds none of them.
+fn walk(hidden: &[PathBuf]) -> Walked {
     let mut hidden: Vec<PathBuf> = hidden.to_vec();
     // `/dev` is hidden but for the devices granted below.
     hidden.push(PathBuf::from("/dev"));
     hidden.retain(|h| h != Path::new("/"));
     let mut found = Found::default();
     readable(Path::new("/"), &hidden, &hidden, &mut found);
+    Walked { found, hidden }
+}
+
+/// What [`walk`] found, and the hidden paths it kept out.
+struct Walked {
+    found: Found,
+    hidden: Vec<PathBuf>,
+}
+
+/// The rest of [`rules`]: the granted paths, the writable ones, the devices.
+fn complete(walked: Walked, granted: &[PathBuf], write: &[PathBuf], deny_tcp: bool) -> Rules {
+    let exists = |p: &&PathBuf| std::fs::symlink_metadata(p).is_ok();
+    let Walked { mut found, hidden } = walked;
     for g in granted.iter().filter(exists).cloned() {
         if found.covers(&g) {
             continue;
@@ -285,10 +303,12 @@ fn created(deny_tcp: bool) -> Result<::landlock::RulesetCreated, Refused> {
     ruleset.create().map_err(|e| fail(&e))
 }
 
-/// Adds `rules` to `created`.
+/// Adds `rules` to `created`, but for the first `skip_read` of
+/// `rules.read` (added already).
 fn fill(
     mut created: ::landlock::RulesetCreated,
     rules: &Rules,
+    skip_read: usize,
 ) -> Result<::landlock::RulesetCreated, Refused> {
     use ::landlock::{Access, AccessFs, PathBeneath, PathFd, RulesetCreatedAttr};
     use std::os::unix::ffi::OsStrExt;
@@ -299,7 +319,8 @@ fn fill(
     let is_file = |p: &Path| {
         rules.files.binary_search_by(|f| f.as_os_str().as_bytes().cmp(p.as_os_str().as_bytes())).is_ok()
     };
-    let sets = [(&rules.read, read, false), (&rules.write, all, false), (&rules.devices, device, true)];
+    let read_now = rules.read.get(skip_read..).unwrap_or_default();
+    let sets = [(read_now, read, false), (&rules.write[..], all, false), (&rules.devices[..], device, true)];
     for (paths, access, device) in sets {
         for p in paths {
             // A path gone since runws listed it grants nothing.
@@ -323,7 +344,7 @@ fn descriptor(created: ::landlock::RulesetCreated) -> Result<std::os::fd::OwnedF
 /// A Landlock ruleset holding `rules`; whoever holds the descriptor may
 /// enforce it on itself ([`restrict_self`]).
 pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
-    descriptor(fill(created(rules.deny_tcp)?, rules)?)
+    descriptor(fill(created(rules.deny_tcp)?, rules, 0)?)
 }
 
 /// What the rules are computed from (see [`rules`]).
@@ -332,6 +353,68 @@ pub struct Grants {
     pub granted: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub deny_tcp: bool,
+}
+
+/// The walk of `/` around the hidden paths, and the rules it found added to
+/// a new ruleset, on a thread started before the run exists (only the
+/// hidden paths are needed: the homes, ROOT, root's secrets, `--hide`),
+/// which runws's making of the run directory and first record hide. The
+/// rest, the run's own paths, is added once they exist ([`Walk::finish`]).
+pub struct Walk {
+    hidden: Vec<PathBuf>,
+    deny_tcp: bool,
+    thread: std::thread::JoinHandle<Result<Walking, Refused>>,
+}
+
+/// What the thread of a [`Walk`] hands back.
+struct Walking {
+    created: ::landlock::RulesetCreated,
+    walked: Walked,
+    added: usize,
+}
+
+impl Walk {
+    /// Starts the walk, for a run that hides `hidden` (resolved).
+    pub fn start(hidden: Vec<PathBuf>, deny_tcp: bool) -> Option<Walk> {
+        use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+        let paths = hidden.clone();
+        // Started before runws blocks the signals it reads from its
+        // signalfd: the thread is made with every signal blocked, so that
+        // none is delivered to it instead (it inherits this thread's mask).
+        let mut before = SigSet::empty();
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut before)).ok()?;
+        let thread = std::thread::Builder::new().name("landlock-walk".into()).spawn(move || {
+            let walked = walk(&paths);
+            let mut files = walked.found.files.clone();
+            files.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
+            let part = Rules { read: walked.found.read.clone(), files, deny_tcp, ..Rules::default() };
+            let created = fill(created(deny_tcp)?, &part, 0)?;
+            Ok(Walking { created, added: part.read.len(), walked })
+        });
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+        Some(Walk { hidden, deny_tcp, thread: thread.ok()? })
+    }
+
+    /// The whole ruleset, for a run that hides `hidden` and grants
+    /// `granted` and `write`; `None` when the walk was for other hidden
+    /// paths or other switches (make the ruleset anew then).
+    pub fn finish(
+        self,
+        hidden: &[PathBuf],
+        granted: &[PathBuf],
+        write: &[PathBuf],
+        deny_tcp: bool,
+    ) -> Option<Result<std::os::fd::OwnedFd, Refused>> {
+        let Walk { hidden: walked_for, deny_tcp: walked_deny, thread } = self;
+        let joined = thread.join().ok()?;
+        if walked_for != hidden || walked_deny != deny_tcp {
+            return None;
+        }
+        Some(joined.and_then(|w| {
+            let rules = complete(w.walked, granted, write, deny_tcp);
+            descriptor(fill(w.created, &rules, w.added)?)
+        }))
+    }
 }
 
 /// A ruleset being filled on a thread of its own while runws starts the
@@ -355,7 +438,7 @@ impl Filling {
             .name("landlock-rules".into())
             .spawn(move || {
                 let rules = rules(&grants.hidden, &grants.granted, &grants.write, grants.deny_tcp);
-                fill(created, &rules).map(drop)
+                fill(created, &rules, 0).map(drop)
             })
             .map_err(|e| Refused::io("Landlock", "cannot start a thread", e))?;
         Ok((Filling { thread }, fd))

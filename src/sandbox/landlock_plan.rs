@@ -13,6 +13,38 @@ use crate::error::{Error, IoContext, Result};
 use crate::manifest::Manifest;
 use crate::workspace::{EVIDENCE, RunDir, SCRATCH};
 
+/// What a Landlock run hides: the homes, ROOT (resolved already), root's
+/// secrets for a root command, and `--hide`.
+fn hidden_paths(opts: &Options, uid: u32, root: &Path, base: &Path) -> Result<Vec<PathBuf>> {
+    let mut hidden: Vec<PathBuf> = homes(uid);
+    hidden.push(root.to_path_buf());
+    if uid == 0 {
+        hidden.extend(landlock::ROOT_SECRETS.iter().map(PathBuf::from).filter(|p| p.exists()));
+    }
+    for p in &opts.hide {
+        hidden.push(canonical(p, "--hide", base)?);
+    }
+    Ok(hidden)
+}
+
+/// Every path resolved once (each resolution reads each of its links);
+/// one that does not exist hides nothing.
+fn resolved(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths.iter().filter_map(|h| std::fs::canonicalize(h).ok()).collect()
+}
+
+/// Starts the walk of `/` around what a Landlock run of `opts` under ROOT
+/// `root` hides, before the run exists (see [`landlock::Walk`]); `None`
+/// when that cannot be known yet (a path that does not resolve, which
+/// [`prepare`] then reports).
+pub fn early_walk(opts: &Options, root: &Path) -> Option<landlock::Walk> {
+    let uid = nix::unistd::getuid().as_raw();
+    let root = std::fs::canonicalize(root).ok()?;
+    let base = std::env::current_dir().ok()?;
+    let hidden = hidden_paths(opts, uid, &root, &base).ok()?;
+    landlock::Walk::start(resolved(&hidden), opts.net == Net::None)
+}
+
 /// Whether runws holds any capability (root does): its child must then
 /// empty its bounding set, not merely try.
 fn holds_capabilities() -> bool {
@@ -30,6 +62,7 @@ pub fn prepare(
     root: &Path,
     exe: &Path,
     why: Option<String>,
+    walk: Option<landlock::Walk>,
     m: &mut Manifest,
 ) -> Result<Setup> {
     let uid = nix::unistd::getuid().as_raw();
@@ -48,16 +81,10 @@ pub fn prepare(
         }
         missing.push(super::Missing { protection: gap.protection.to_string(), why: gap.why });
     }
-    let mut hidden: Vec<PathBuf> = homes(uid);
-    hidden.push(root.clone());
-    if uid == 0 {
-        hidden.extend(landlock::ROOT_SECRETS.iter().map(PathBuf::from).filter(|p| p.exists()));
-    }
+    let mut hidden = hidden_paths(opts, uid, &root, &base)?;
     let mut named: Vec<(PathBuf, &str)> = Vec::new();
     for p in &opts.hide {
-        let c = canonical(p, "--hide", &base)?;
-        hidden.push(c.clone());
-        named.push((c, "--hide"));
+        named.push((canonical(p, "--hide", &base)?, "--hide"));
     }
     let mut granted = vec![run_dir.clone(), exe.clone(), program];
     for p in &opts.ro {
@@ -108,8 +135,7 @@ pub fn prepare(
             )));
         }
     }
-    // Every path resolved once (each resolution reads each of its links).
-    let hidden_resolved: Vec<PathBuf> = hidden.iter().filter_map(|h| std::fs::canonicalize(h).ok()).collect();
+    let hidden_resolved = resolved(&hidden);
     // Nor can a writable directory keep a hidden path below it (a home,
     // ROOT with the other runs, root's secrets) out of reach.
     for w in &write {
@@ -157,16 +183,26 @@ pub fn prepare(
             unix_sockets_only: deny_tcp,
         })
         .map_err(|r| Error::Sandbox(r.to_string()))?;
-        let grants = landlock::Grants { hidden: hidden_resolved, granted, write, deny_tcp };
-        let (filling, ruleset) =
-            landlock::Filling::start(grants).map_err(|r| Error::Sandbox(r.to_string()))?;
+        let refused = |r: super::refused::Refused| Error::Sandbox(r.to_string());
+        // The walk started before the run existed, when it was for these
+        // hidden paths: only the run's own paths are left to add. Else the
+        // whole ruleset is filled on a thread while the run starts.
+        let walked = walk.and_then(|w| w.finish(&hidden_resolved, &granted, &write, deny_tcp));
+        let (filling, ruleset) = match walked {
+            Some(done) => (None, done.map_err(refused)?),
+            None => {
+                let grants = landlock::Grants { hidden: hidden_resolved, granted, write, deny_tcp };
+                let (filling, fd) = landlock::Filling::start(grants).map_err(refused)?;
+                (Some(filling), fd)
+            }
+        };
         spec.confine = Some(crate::child::Confinement {
             cloexec_from: 3 + spec.listen.len() as u32,
             bounding_required: holds_capabilities(),
             landlock: Some(ruleset),
             filter,
         });
-        (None, spec.program.clone(), Some(filling))
+        (None, spec.program.clone(), filling)
     };
     let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
     hidden.sort();
