@@ -103,7 +103,8 @@ impl Isolation for Isolated {
             }
             self.own = None;
             let walk = self.walk.take();
-            let setup = super::landlock_plan::prepare(&opts, spec, at.run, at.root, at.exe, why, walk, m)?;
+            let place = super::landlock_plan::Where { run: at.run, root: at.root, exe: at.exe, why, walk };
+            let setup = super::landlock_plan::prepare(&opts, spec, place, m)?;
             if let Some(rec) = m.sandbox.as_mut() {
                 rec.allow_import = Some(at.allow_import.to_vec());
             }

@@ -45,6 +45,16 @@ pub fn early_walk(opts: &Options, root: &Path) -> Option<landlock::Walk> {
     landlock::Walk::start(resolved(&hidden), opts.net == Net::None)
 }
 
+/// Where a Landlock run is prepared: its directory, ROOT, the runws binary;
+/// why this backend, when runws chose it; the walk begun early, if any.
+pub struct Where<'a> {
+    pub run: &'a RunDir,
+    pub root: &'a Path,
+    pub exe: &'a Path,
+    pub why: Option<String>,
+    pub walk: Option<landlock::Walk>,
+}
+
 /// Whether runws holds any capability (root does): its child must then
 /// empty its bounding set, not merely try.
 fn holds_capabilities() -> bool {
@@ -55,16 +65,8 @@ fn holds_capabilities() -> bool {
 /// rules the command's process enforces on itself (see
 /// [`super::landlock`]), and the run recorded as such. `why` says why the
 /// backend was chosen when the user did not name it.
-pub fn prepare(
-    opts: &Options,
-    spec: &mut Spec,
-    run: &RunDir,
-    root: &Path,
-    exe: &Path,
-    why: Option<String>,
-    walk: Option<landlock::Walk>,
-    m: &mut Manifest,
-) -> Result<Setup> {
+pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest) -> Result<Setup> {
+    let Where { run, root, exe, why, walk } = at;
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let run_dir = std::fs::canonicalize(run.path()).ctx("cannot resolve", run.path())?;
