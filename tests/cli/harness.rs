@@ -206,3 +206,22 @@ pub fn stores() -> Vec<Option<String>> {
     }
     v
 }
+
+/// Installs `filter` as this process's seccomp filter (no-new-privileges
+/// first), in a `pre_exec` closure: what a container's profile or a kernel
+/// that refuses a call looks like to the runws started then.
+pub fn install_filter(filter: &[nix::libc::sock_filter]) -> std::io::Result<()> {
+    use nix::libc;
+    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+    // SAFETY: prctl with a filter program borrowed for the duration of the
+    // call (the kernel copies it).
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog)
+                != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -518,18 +518,7 @@ fn deny_namespaces_filter(landlock_too: bool) -> std::io::Result<()> {
         stmt(ret, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
         stmt(ret, libc::SECCOMP_RET_ALLOW),
     ];
-    let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
-    // SAFETY: prctl with a filter program that lives on this stack frame
-    // for the duration of the call.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog)
-                != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    install_filter(&filter)
 }
 
 /// Without user namespaces (a container's seccomp profile) `--sandbox`
