@@ -258,10 +258,19 @@ impl Paused {
     /// see [`Started::exec_error`]).
     pub fn open_gate(self, program: &Path) -> Result<Started> {
         if let Err(e) = nix::unistd::write(self.gate.as_fd(), &[1u8]) {
-            // The child ended at or before its gate: what it said, if anything.
-            let _ = waitpid(self.pid, None);
-            return Err(child_error(&self.errors, program)
-                .unwrap_or_else(|| Error::io("cannot start", program, e.into())));
+            // The child ended at or before its gate: what it said, else how
+            // it ended (a signal, say, while it confined itself).
+            let ended = waitpid(self.pid, None);
+            if let Some(said) = child_error(&self.errors, program) {
+                return Err(said);
+            }
+            if let Ok(nix::sys::wait::WaitStatus::Signaled(_, signal, _)) = ended {
+                return Err(Error::Other(format!(
+                    "cannot start `{}`: its process was killed by {signal} before it started",
+                    program.display()
+                )));
+            }
+            return Err(Error::io("cannot start", program, e.into()));
         }
         Ok(Started { errors: self.errors, _shared: self.shared })
     }
@@ -313,11 +322,11 @@ fn child_error(errors: &OwnedFd, program: &Path) -> Option<Error> {
         8 => {
             let step = i32::from_ne_bytes(buf[4..].try_into().ok()?);
             if step == launch::STEP_JOIN {
-                return Some(Error::io(
+                return Some(Error::Other(format!(
+                    "{}: {}",
                     Confinement::step_name(step),
-                    program.display().to_string(),
-                    std::io::Error::from_raw_os_error(errno),
-                ));
+                    std::io::Error::from_raw_os_error(errno)
+                )));
             }
             Some(Error::Sandbox(format!(
                 "{}: {}",

@@ -159,6 +159,21 @@ fn main(status_fd: RawFd, plan_fd: RawFd, command: Vec<OsString>) -> u8 {
 /// directly in the child runws forked (see [`crate::child::Spec::in_process`]);
 /// returns the exit code of the process it ran as.
 pub fn run(start: Start) -> u8 {
+    // The Landlock backend confines this process before its gate, while
+    // runws records the run, with runws's signals still blocked (until its
+    // exec); every other path passes the gate first and then starts from
+    // an empty mask, as an executed init does.
+    let mut gate = start.gate;
+    if start.plan.landlock.is_none()
+        && let Some(g) = gate.take()
+    {
+        g.pass();
+        let _ = nix::sys::signal::sigprocmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&nix::sys::signal::SigSet::empty()),
+            None,
+        );
+    }
     block_forwarded();
     // The command must not inherit the status pipe, nor the user namespace.
     let _ = nix::fcntl::fcntl(&start.status, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
@@ -183,14 +198,6 @@ pub fn run(start: Start) -> u8 {
         status.send(&Report::Failed("the sandbox init is not single-threaded".into()));
         return exit::FAILURE;
     };
-    // The Landlock backend confines this process before its gate, while
-    // runws records the run; every other path passes it first.
-    let mut gate = start.gate;
-    if start.plan.landlock.is_none()
-        && let Some(g) = gate.take()
-    {
-        g.pass();
-    }
     let job = Job { listen_fds, command: start.command, env: start.env, single, handed, gate };
     // The Landlock backend: no namespace and no init of its own; this
     // process restricts itself and becomes the command.
@@ -653,10 +660,16 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
         // shares with its parent.
         sys::proc::exit_now(i32::from(code))
     };
-    // This process's own signal state, reset before exec.
-    let empty = nix::sys::signal::SigSet::empty();
-    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&empty), None);
-    sys::proc::default_disposition(nix::sys::signal::Signal::SIGPIPE);
+    // This process's own signal state, reset before exec (past the gate:
+    // a signal before it ends the run's start, not the command).
+    let reset_signals = || {
+        let empty = nix::sys::signal::SigSet::empty();
+        let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&empty), None);
+        sys::proc::default_disposition(nix::sys::signal::Signal::SIGPIPE);
+    };
+    if job.gate.is_none() {
+        reset_signals();
+    }
     // The filter refuses nothing the steps below make (setns, setgroups,
     // setresuid, capset, prctl, chdir, close_range), so it may come first.
     let mut filtered = false;
@@ -699,6 +712,7 @@ fn exec_command(plan: &Plan, mut status: Status, chroot: Option<&Path>, job: Job
     // Confined: the command may start once runws has recorded the run.
     if let Some(g) = job.gate {
         g.pass();
+        reset_signals();
     }
     let errno = match nix::unistd::execve(&program, &argv, &env) {
         Err(e) => e as i32,

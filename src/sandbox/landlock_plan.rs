@@ -201,7 +201,8 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
         spec.confine = Some(crate::child::Confinement {
             cloexec_from: 3 + spec.listen.len() as u32,
             bounding_required: holds_capabilities(),
-            landlock: Some(ruleset),
+            // Above the numbers the listening sockets are placed at.
+            landlock: Some(crate::child::high_fd(ruleset)?),
             filter,
         });
         (None, spec.program.clone(), filling)

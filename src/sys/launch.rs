@@ -175,8 +175,8 @@ pub struct Gate {
 
 impl Gate {
     /// Waits for runws's word; ends the child with 125, as the gate of
-    /// [`prepare`] does, when runws closed the gate or died instead. Signals
-    /// stay as they were (the caller blocks and restores its own).
+    /// [`prepare`] does, when runws closed the gate or died instead. The
+    /// signals runws blocks stay blocked until the caller unblocks them.
     pub fn pass(self) {
         let mut byte = [0u8; 1];
         // SAFETY: the descriptor is the gate's read end, which this child
@@ -681,8 +681,12 @@ unsafe fn prepare(l: &Launch) {
         if let Some(c) = l.confine {
             confine_past_gate(l.errors, &c);
         }
-        // The signals runws reads from its signalfd are blocked here too.
-        unblock_signals();
+        // The signals runws reads from its signalfd are blocked here too;
+        // a child that passes its gate later keeps them blocked until then
+        // (a ^C before would end it at its gate, not the command).
+        if !l.defer_gate {
+            unblock_signals();
+        }
     }
 }
 

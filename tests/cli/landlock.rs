@@ -693,3 +693,48 @@ fn a_landlocked_command_dies_with_runws() {
     runws.wait().unwrap();
     assert!(wait_until(Duration::from_secs(10), || !alive(pid)), "the command outlived runws");
 }
+
+/// A command's process that dies by a signal while it confines itself,
+/// before its gate (here: killed by a filter on `close_range`, a call only
+/// its confinement makes), never runs the command, and the run says it
+/// was killed rather than that a pipe broke.
+#[test]
+fn a_child_killed_while_confining_is_not_reported_as_a_broken_pipe() {
+    use nix::libc;
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    for i in 0..5 {
+        let marker = env.path(&format!("ran-{i}"));
+        let mut cmd = env.cmd(&[
+            "run",
+            "--sandbox=landlock",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo x > {}", marker.display()),
+        ]);
+        // SAFETY: the closure only calls prctl.
+        unsafe {
+            cmd.pre_exec(|| {
+                let stmt = |code: u16, k: u32| libc::sock_filter { code, jt: 0, jf: 0, k };
+                let jump = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
+                let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+                let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+                install_filter(&[
+                    stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
+                    jump(jeq, libc::SYS_close_range as u32, 0, 1),
+                    stmt(ret, libc::SECCOMP_RET_KILL_PROCESS),
+                    stmt(ret, libc::SECCOMP_RET_ALLOW),
+                ])
+            })
+        };
+        let out = Out::from(cmd.output().unwrap());
+        assert!(!marker.exists(), "{i}: the command ran");
+        assert!(!out.stderr.contains("Broken pipe"), "{i}: {}", out.stderr);
+        // Refused before it started (125), or, when runws's word came first,
+        // recorded as killed by the signal: never a success.
+        assert_ne!(out.code, Some(0), "{i}: {}", out.stderr);
+    }
+}
