@@ -366,9 +366,11 @@ impl Group {
     }
 
     /// Kills every process in the group, until it is empty (or a bound of
-    /// rounds passed); returns how many were signalled.
-    pub fn kill_all(&self) -> u64 {
-        kill_members(&self.dirs, self.v2)
+    /// rounds passed); returns how many were signalled, not counting `own`
+    /// (runws's own child: a sandbox's init still ending once it reported
+    /// the command's end is not something the command left behind).
+    pub fn kill_all(&self, own: i32) -> u64 {
+        kill_members(&self.dirs, self.v2, own)
     }
 
     /// What the group used.
@@ -405,7 +407,7 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.dirs.is_empty() {
-            kill_members(&self.dirs, self.v2);
+            kill_members(&self.dirs, self.v2, 0);
             self.remove();
         }
     }
@@ -473,13 +475,13 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn kill_members(dirs: &[PathBuf], v2: bool) -> u64 {
+fn kill_members(dirs: &[PathBuf], v2: bool, own: i32) -> u64 {
     let Some(first) = dirs.first() else { return 0 };
     // Every group the run's processes may be in: on v1 a member may have
     // been moved out of one hierarchy's group and not another's.
     let groups = || -> Vec<PathBuf> { dirs.iter().flat_map(|d| subtree(d)).collect() };
     if v2 {
-        let n = groups().iter().map(|g| members(g).len() as u64).sum::<u64>();
+        let n = groups().iter().flat_map(|g| members(g)).filter(|&p| p != own).count() as u64;
         // `cgroup.kill` ends the whole subtree.
         if write(first, "cgroup.kill", "1").is_ok() {
             for _ in 0..500 {
@@ -507,7 +509,7 @@ fn kill_members(dirs: &[PathBuf], v2: bool) -> u64 {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    signalled.len() as u64
+    signalled.iter().filter(|&&p| p != own).count() as u64
 }
 
 fn members(dir: &Path) -> Vec<i32> {
@@ -566,7 +568,7 @@ pub fn reap(root: &Path, run_id: &str, recorded: &[String]) -> Option<u64> {
     if dirs.is_empty() {
         return None;
     }
-    let killed = kill_members(&dirs, v2);
+    let killed = kill_members(&dirs, v2, 0);
     remove_dirs(&dirs);
     Some(killed)
 }

@@ -318,7 +318,8 @@ impl Started<'_> {
             return Ok(Ended { code, started: false, interrupted });
         }
         let note = isolation.ended(run, &mut outcome);
-        let resources = resources(record.record().resources.clone(), group.take(), &used_before);
+        let resources =
+            resources(record.record().resources.clone(), group.take(), pid.as_raw(), &used_before);
         let code = exit_code(&outcome);
         // A lease lost while the command ran is found now at the latest,
         // however quickly the command ended after runws was stopped or starved.
@@ -376,6 +377,7 @@ impl Used {
 fn resources(
     asked: Option<manifest::ResourcesRecord>,
     group: Option<crate::cgroup::Group>,
+    child: i32,
     before: &Used,
 ) -> manifest::ResourcesRecord {
     let mut r = asked.unwrap_or_default();
@@ -383,7 +385,7 @@ fn resources(
     r.cpu_user_ms = Some(after.user_ms.saturating_sub(before.user_ms));
     r.cpu_system_ms = Some(after.system_ms.saturating_sub(before.system_ms));
     if let Some(mut g) = group {
-        let left = g.kill_all();
+        let left = g.kill_all(child);
         let u = g.usage();
         for d in g.remove() {
             eprintln!(

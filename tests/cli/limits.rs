@@ -240,6 +240,27 @@ fn a_sandboxed_run_is_limited_too() {
     assert_eq!(env.manifest("s")["status"], "oom");
 }
 
+/// A sandbox's own init, still ending once it reported the command's end,
+/// is not something the command left behind: nothing is said or recorded
+/// as killed for a command that left nothing (it was, every time, before).
+#[test]
+fn a_sandboxed_run_that_leaves_nothing_reports_nothing_killed() {
+    if !groups_here("sandbox_nothing_left") || skip(Who::Me, "sandbox_nothing_left") {
+        return;
+    }
+    let env = Env::new();
+    for i in 0..5 {
+        let id = format!("n{i}");
+        let out = Out::from(
+            runws_as(&env, Who::Me, &["run", "--run-id", &id, "--sandbox", "--memory", "1GiB", "--", "true"])
+                .output_retrying(),
+        );
+        out.ok();
+        assert!(!out.stderr.contains("killed"), "{i}: {}", out.stderr);
+        assert!(env.manifest(&id)["resources"].get("killed_left").is_none_or(|v| v.is_null()), "{i}");
+    }
+}
+
 #[test]
 fn a_replay_runs_under_the_limits_the_original_ran_under() {
     if !groups_here("replay_limits") {
