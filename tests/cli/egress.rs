@@ -222,7 +222,11 @@ def udp(host):
         s.sendto(b"x", (host, 53)); return "SENT"
     except OSError as e:
         return "refused " + type(e).__name__
-print("tcp-loopback", tcp("127.0.0.1", {p}))
+import os
+proxy_port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1].strip("/"))
+# The proxy listens on loopback inside too, at a port of the kernel's
+# choosing: should it be the server's, connecting there reaches the proxy.
+print("tcp-loopback", tcp("127.0.0.1", {p}) if proxy_port != {p} else "refused (the proxy's own port)")
 print("tcp-outside", tcp("{outside}", {p}))
 print("tcp-public", tcp("192.0.2.1", 443))
 print("udp-outside", udp("{outside}"))
