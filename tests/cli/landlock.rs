@@ -738,3 +738,41 @@ fn a_child_killed_while_confining_is_not_reported_as_a_broken_pipe() {
         assert_ne!(out.code, Some(0), "{i}: {}", out.stderr);
     }
 }
+
+/// `--sandbox=try` under Landlock goes through runws's init, forked in
+/// process as root, which confines itself before its gate and passes it
+/// before its exec: as root without CAP_SYS_ADMIN (a container's default,
+/// where namespaces cannot be made) the command runs confined, without
+/// capabilities, under the filter, root's secrets hidden, and only once
+/// recorded.
+#[test]
+fn try_mode_under_landlock_as_root_runs_confined_through_the_init() {
+    if !is_root() || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv");
+        return;
+    }
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    let script = "grep -E '^(CapEff|Seccomp):' /proc/self/status; \
+                  cat /etc/shadow >/dev/null 2>&1 && echo shadow-read || echo shadow-hidden; \
+                  echo x > w && echo wrote";
+    let mut c = Command::new("/usr/bin/setpriv");
+    c.args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--", BIN])
+        .args(["run", "--sandbox=try", "--run-id", "t", "--", "sh", "-c", script])
+        .env("RUNWS_ROOT", &env.root)
+        .env("HOME", &env.home)
+        .current_dir(env.tmp.path());
+    let out = Out::from(c.output().unwrap());
+    out.ok()
+        .stderr_has("using Landlock")
+        .stdout_has("CapEff:\t0000000000000000")
+        .stdout_has("Seccomp:\t2")
+        .stdout_has("shadow-hidden")
+        .stdout_has("wrote");
+    let m = env.manifest("t");
+    assert_eq!(m["sandbox"]["backend"], "landlock", "{m}");
+    assert_eq!(m["sandbox"]["mode"], "try", "{m}");
+    assert_eq!(m["status"], "succeeded", "{m}");
+}
