@@ -60,13 +60,6 @@ pub trait Isolation {
     /// records the isolation in `m`.
     fn prepare(&mut self, at: &Preparing<'_>, spec: &mut Spec, m: &mut Manifest) -> Result<()>;
 
-    /// After the fork and the first record, right before the gate opens:
-    /// what the command's process needs past its gate must be finished by
-    /// now. An error refuses the run (its process never passes the gate).
-    fn ready(&mut self) -> Result<()> {
-        Ok(())
-    }
-
     /// Right after the gate opened, while the command starts: must not wait
     /// for it.
     fn opened(&mut self, _at: &Opened<'_>) {}

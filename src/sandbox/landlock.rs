@@ -347,14 +347,6 @@ pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
     descriptor(fill(created(rules.deny_tcp)?, rules, 0)?)
 }
 
-/// What the rules are computed from (see [`rules`]).
-pub struct Grants {
-    pub hidden: Vec<PathBuf>,
-    pub granted: Vec<PathBuf>,
-    pub write: Vec<PathBuf>,
-    pub deny_tcp: bool,
-}
-
 /// The walk of `/` around the hidden paths, and the rules it found added to
 /// a new ruleset, on a thread started before the run exists (only the
 /// hidden paths are needed: the homes, ROOT, root's secrets, `--hide`),
@@ -414,39 +406,6 @@ impl Walk {
             let rules = complete(w.walked, granted, write, deny_tcp);
             descriptor(fill(w.created, &rules, w.added)?)
         }))
-    }
-}
-
-/// A ruleset being filled on a thread of its own while runws starts the
-/// run: listing the hierarchies around the hidden paths and opening each
-/// grant (180 of them as root, most for `/etc`) takes about a millisecond,
-/// which the recording of the run and the command's own start-up hide.
-/// The command's process holds a copy of the descriptor from the start and
-/// enforces it only past its gate, which opens after [`Filling::finish`].
-pub struct Filling {
-    thread: std::thread::JoinHandle<Result<(), Refused>>,
-}
-
-impl Filling {
-    /// Starts filling a new ruleset with the rules of `grants`; returns the
-    /// descriptor to hand to the command's process.
-    pub fn start(grants: Grants) -> Result<(Filling, std::os::fd::OwnedFd), Refused> {
-        let created = created(grants.deny_tcp)?;
-        let copy = created.try_clone().map_err(|e| Refused::io("Landlock", "dup", e))?;
-        let fd = descriptor(copy)?;
-        let thread = std::thread::Builder::new()
-            .name("landlock-rules".into())
-            .spawn(move || {
-                let rules = rules(&grants.hidden, &grants.granted, &grants.write, grants.deny_tcp);
-                fill(created, &rules, 0).map(drop)
-            })
-            .map_err(|e| Refused::io("Landlock", "cannot start a thread", e))?;
-        Ok((Filling { thread }, fd))
-    }
-
-    /// Waits until every rule is in the ruleset.
-    pub fn finish(self) -> Result<(), Refused> {
-        self.thread.join().unwrap_or_else(|_| Err(Refused::new("Landlock", "the rules' thread failed")))
     }
 }
 

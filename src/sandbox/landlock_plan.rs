@@ -157,7 +157,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
     // filter compiled): no fork of runws, no init. `--sandbox=try` takes
     // the init, which can go without a protection the kernel refuses and
     // say so.
-    let (status, original_program, filling) = if opts.try_mode {
+    let (status, original_program) = if opts.try_mode {
         let plan = Plan {
             kind: Kind::Sandbox,
             try_mode: opts.try_mode,
@@ -178,26 +178,22 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
             landlock: Some(landlock::rules(&hidden_resolved, &granted, &write, deny_tcp)),
         };
         let (status_r, original) = hand_to_init(spec, &exe, &plan, true)?;
-        (Some(status_r), original, None)
+        (Some(status_r), original)
     } else {
         let filter = super::seccomp::compiled(super::seccomp::Filter {
             allow_userns: opts.allow_userns,
             unix_sockets_only: deny_tcp,
         })
         .map_err(|r| Error::Sandbox(r.to_string()))?;
-        let refused = |r: super::refused::Refused| Error::Sandbox(r.to_string());
         // The walk started before the run existed, when it was for these
-        // hidden paths: only the run's own paths are left to add. Else the
-        // whole ruleset is filled on a thread while the run starts.
-        let walked = walk.and_then(|w| w.finish(&hidden_resolved, &granted, &write, deny_tcp));
-        let (filling, ruleset) = match walked {
-            Some(done) => (None, done.map_err(refused)?),
-            None => {
-                let grants = landlock::Grants { hidden: hidden_resolved, granted, write, deny_tcp };
-                let (filling, fd) = landlock::Filling::start(grants).map_err(refused)?;
-                (Some(filling), fd)
-            }
-        };
+        // hidden paths: only the run's own paths are left to add. Else (a
+        // hidden path that did not resolve then, say) the whole ruleset is
+        // made here.
+        let ruleset = match walk.and_then(|w| w.finish(&hidden_resolved, &granted, &write, deny_tcp)) {
+            Some(done) => done,
+            None => landlock::ruleset(&landlock::rules(&hidden_resolved, &granted, &write, deny_tcp)),
+        }
+        .map_err(|r| Error::Sandbox(r.to_string()))?;
         spec.confine = Some(crate::child::Confinement {
             cloexec_from: 3 + spec.listen.len() as u32,
             bounding_required: holds_capabilities(),
@@ -205,7 +201,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
             landlock: Some(crate::child::high_fd(ruleset)?),
             filter,
         });
-        (None, spec.program.clone(), filling)
+        (None, spec.program.clone())
     };
     let shown = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
     hidden.sort();
@@ -242,6 +238,5 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
         git_common: None,
         landlock: true,
         proxy: None,
-        filling,
     })
 }

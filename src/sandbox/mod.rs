@@ -164,10 +164,6 @@ pub struct Setup {
     /// `--net allow`, `audit --net`: the proxy's socket, listening in the
     /// run's network namespace, until the run is opened.
     pub proxy: Option<crate::egress::Pending>,
-    /// The Landlock backend: the thread that lists the rules and fills the
-    /// ruleset while runws starts the run, joined before the gate (see
-    /// [`landlock::Filling`]).
-    pub filling: Option<landlock::Filling>,
 }
 
 /// Puts back the modes of the run directory and its manifest files, which

@@ -509,7 +509,6 @@ pub fn prepare(
         missing,
         git_common: None,
         landlock: false,
-        filling: None,
         proxy,
     })
 }

@@ -72,16 +72,15 @@ pub struct InProcess<'a> {
     pub strings: Option<((usize, usize), (usize, usize))>,
 }
 
-/// Restrictions the child puts on itself with direct system calls: what
-/// the Landlock backend of the sandbox needs, which thereby takes no fork
-/// and no init of runws's own. Once its descriptors and directory are in
-/// place, before its gate (so while runws records the run):
+/// Restrictions the child puts on itself with direct system calls once its
+/// descriptors and directory are in place, before its gate (so while runws
+/// records the run): what the Landlock backend of the sandbox needs, which
+/// thereby takes no fork and no init of runws's own. In this order:
 /// no-new-privileges; every descriptor from `cloexec_from` up marked
 /// close-on-exec; the capability bounding set, the ambient set and the
-/// effective, permitted and inheritable sets emptied. Past its gate (runws
-/// may fill the ruleset until it opens the gate): the Landlock ruleset
-/// enforced; the system-call filter installed, last. A failure ends the
-/// child, with the step and errno on the error pipe (see
+/// effective, permitted and inheritable sets emptied; the Landlock ruleset
+/// (filled by runws) enforced; the system-call filter installed, last. A
+/// failure ends the child, with the step and errno on the error pipe (see
 /// [`Confinement::step_name`]).
 pub struct Confinement {
     pub cloexec_from: u32,
@@ -179,8 +178,7 @@ impl Gate {
     /// signals runws blocks stay blocked until the caller unblocks them.
     pub fn pass(self) {
         let mut byte = [0u8; 1];
-        // SAFETY: the descriptor is the gate's read end, which this child
-        // keeps open (close-on-exec) until it executes.
+        // SAFETY: the gate's read end, which this child keeps open (close-on-exec) until it executes.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
         loop {
             match nix::unistd::read(fd, &mut byte) {
@@ -467,12 +465,13 @@ unsafe fn fail_at(errors: RawFd, step: i32, errno: isize) -> ! {
     unreachable_end()
 }
 
-/// The steps of a [`Confinement`] before the gate, with direct system calls.
+/// The steps of a [`Confinement`], with direct system calls.
 ///
 /// # Safety
-/// Only in the child, from [`prepare`].
-unsafe fn confine_before_gate(errors: RawFd, c: &RawConfinement) {
-    // SAFETY: system calls on this child's own state, reading only buffers on its stack.
+/// Only in the child, from [`prepare`]; `c.filter` points at `c.filter_len`
+/// instructions that outlive the child.
+unsafe fn confine(errors: RawFd, c: &RawConfinement) {
+    // SAFETY: system calls on this child's own state, reading only buffers on its stack and the filter the contract keeps valid.
     unsafe {
         let check = |step: i32, r: isize| {
             if r < 0 {
@@ -513,23 +512,6 @@ unsafe fn confine_before_gate(errors: RawFd, c: &RawConfinement) {
         let header: [u32; 2] = [0x2008_0522, 0];
         let data = [0u32; 6];
         check(STEP_CAPSET, sys(libc::SYS_capset, header.as_ptr() as usize, data.as_ptr() as usize, 0, 0));
-    }
-}
-
-/// The steps of a [`Confinement`] past the gate: the ruleset, then the
-/// filter.
-///
-/// # Safety
-/// Only in the child, from [`prepare`]; `c.filter` points at `c.filter_len`
-/// instructions that outlive the child.
-unsafe fn confine_past_gate(errors: RawFd, c: &RawConfinement) {
-    // SAFETY: system calls on this child's own state, reading only a buffer on its stack and the filter the contract keeps valid.
-    unsafe {
-        let check = |step: i32, r: isize| {
-            if r < 0 {
-                fail_at(errors, step, -r);
-            }
-        };
         if c.landlock >= 0 {
             check(STEP_LANDLOCK, sys(libc::SYS_landlock_restrict_self, c.landlock as usize, 0, 0, 0));
         }
@@ -661,7 +643,7 @@ unsafe fn prepare(l: &Launch) {
             sys(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as usize, libc::SIGKILL as usize, 0, 0);
         }
         if let Some(c) = l.confine {
-            confine_before_gate(l.errors, &c);
+            confine(l.errors, &c);
         }
         let mut byte = 0u8;
         if !l.defer_gate {
@@ -677,9 +659,6 @@ unsafe fn prepare(l: &Launch) {
                 sys(libc::SYS_exit_group, 125, 0, 0, 0);
                 unreachable_end();
             }
-        }
-        if let Some(c) = l.confine {
-            confine_past_gate(l.errors, &c);
         }
         // The signals runws reads from its signalfd are blocked here too;
         // a child that passes its gate later keeps them blocked until then

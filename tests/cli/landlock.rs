@@ -622,11 +622,10 @@ fn refuse_call(nr: nix::libc::c_long) -> std::io::Result<()> {
     install_filter(&filter)
 }
 
-/// The command's process confines itself, partly while runws records the
-/// run (its capabilities, before its gate) and partly after (the ruleset,
-/// past it), and may fail at either: the run is refused with the step's
-/// own reason every time, whichever comes first (the child's end or
-/// runws's word to go on), and the command never runs.
+/// The command's process confines itself while runws records the run, and
+/// may fail at any step (its capabilities, its ruleset): the run is refused
+/// with the step's own reason every time, whichever comes first (the
+/// child's end or runws's word to go on), and the command never runs.
 #[test]
 fn a_confinement_that_fails_is_reported_with_its_reason() {
     use nix::libc;
