@@ -321,7 +321,7 @@ fn child_error(errors: &OwnedFd, program: &Path) -> Option<Error> {
     match got {
         8 => {
             let step = i32::from_ne_bytes(buf[4..].try_into().ok()?);
-            if step == launch::STEP_JOIN {
+            if step == crate::sys::confine::STEP_JOIN {
                 return Some(Error::Other(format!(
                     "{}: {}",
                     Confinement::step_name(step),

@@ -20,6 +20,7 @@
 
 use nix::libc;
 
+pub mod confine;
 pub mod fd;
 pub mod launch;
 pub mod ns;
