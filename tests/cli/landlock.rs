@@ -560,8 +560,12 @@ fn a_landlocked_claim_of_a_process_group_is_recorded() {
         return;
     }
     let marker = format!("landlock-claim-{}", std::process::id());
+    // The claim waits until the background shell has made its session (it
+    // may not have yet when `&` returns), as a careful caller does.
     let script = format!(
-        "setsid sh -c 'sleep 30; echo {marker}' </dev/null >/dev/null 2>&1 & runws claim pgid $! && echo claimed $!"
+        "setsid sh -c 'sleep 30; echo {marker}' </dev/null >/dev/null 2>&1 & pid=$!; \
+         for i in $(seq 500); do [ \"$(cut -d' ' -f5 /proc/$pid/stat)\" = $pid ] && break; sleep 0.01; done; \
+         runws claim pgid $pid && echo claimed $pid"
     );
     let out = env.run(&["run", "--sandbox=landlock", "--run-id", "c", "--", "sh", "-c", &script]);
     for pid in crate::sandbox::processes_with(&marker) {
