@@ -1,11 +1,14 @@
 //! zstd compression of the tar stream decoupled from the read and the
 //! write, and spread over every core: the stream is cut into blocks of
-//! 8 MiB, each compressed as a zstd frame of its own (with its checksum) by
+//! 1 MiB, each compressed as a zstd frame of its own (with its checksum) by
 //! one of a few compressor threads, and the frames are hashed and written in
 //! the stream's order by a writer thread. Concatenated frames are one
 //! standard zstd stream: `zstd -d`, `tar --zstd` and `runws restore` read it
-//! whole. A block is as long as one job of zstd's own multithreaded mode,
-//! so the compression ratio is the same to a few parts in a thousand.
+//! whole. Small blocks compress faster than large ones (a block and zstd's
+//! tables stay in the core's cache: level 3 took about 0.45 s of CPU for a
+//! 317 MB tar stream in 1 MiB blocks, 0.65-0.7 s in 8 MiB blocks), and
+//! cost half a part in a thousand of compression ratio, since each frame
+//! starts without the previous block as its window.
 //!
 //! 1. The calling thread walks the run, reads each file's bytes straight
 //!    into the current block and shows them there to the inspector (the
@@ -32,7 +35,7 @@ use std::thread::JoinHandle;
 use super::sink::Sink;
 
 /// Bytes of the tar stream in one block, and so in one zstd frame.
-const BLOCK: usize = 8 << 20;
+const BLOCK: usize = 1 << 20;
 
 /// A block of the tar stream, numbered in stream order.
 struct Block {

@@ -15,7 +15,8 @@
 //!   `mount_setattr`, the seccomp filter, interface flags, `close_range`;
 //! - [`proc`]: signal dispositions, `fork` of a single-threaded process,
 //!   clocks, and wait statuses as runws's exit codes;
-//! - [`fd`]: descriptors handed over by number from a parent.
+//! - [`fd`]: descriptors handed over by number from a parent;
+//! - [`writeback`]: starting a file's writeback early (`sync_file_range`).
 #![allow(unsafe_code)]
 
 use nix::libc;
@@ -25,6 +26,7 @@ pub mod fd;
 pub mod launch;
 pub mod ns;
 pub mod proc;
+pub mod writeback;
 
 /// A system call with up to four arguments made without libc (so `errno`,
 /// shared with runws in a `CLONE_VM` child, is never written); a negative
