@@ -28,6 +28,37 @@ pub mod walk;
 /// Longest name accepted for outputs and other single path components.
 pub const MAX_NAME_BYTES: usize = 200;
 
+/// The whole of a kernel file (procfs, cgroupfs), read in pieces of 4 KiB
+/// and more. Such files report a size of 0, so `fs::read` asks for the size
+/// and then reads 32 bytes, 32, 64 and so on: for `/proc/self/mountinfo`
+/// eight reads and a `statx` where this makes two reads.
+pub fn read_kernel_bytes(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// [`read_kernel_bytes`] as text; an error when it is not UTF-8 (for a
+/// file whose lines may hold names anyone chose, such as the paths of
+/// `/proc/net/unix`, read the bytes).
+pub fn read_kernel_text(path: impl AsRef<Path>) -> io::Result<String> {
+    String::from_utf8(read_kernel_bytes(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// Creates `path` and each missing parent with mode 0700: what runws
 /// creates (ROOT, its `runs/`, `store/`, `archive/`, lanes) is private to
 /// its user. A directory that exists keeps its mode.
@@ -984,7 +1015,7 @@ fn mount_of_name(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Mount> {
 fn mount_points() -> &'static std::collections::HashSet<PathBuf> {
     static POINTS: std::sync::OnceLock<std::collections::HashSet<PathBuf>> = std::sync::OnceLock::new();
     POINTS.get_or_init(|| {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let text = read_kernel_text("/proc/self/mountinfo").unwrap_or_default();
         text.lines()
             .filter_map(|l| l.split(' ').nth(4))
             .map(|p| PathBuf::from(unescape_mountinfo(p)))

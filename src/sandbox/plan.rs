@@ -304,21 +304,40 @@ fn layout(
 /// The file-system unix sockets the host is listening on, from the
 /// kernel's list for runws's network namespace (`/proc/net/unix`), that
 /// exist here as sockets. Sockets bound in another network namespace (a
-/// container's) are not in that list.
+/// container's) are not in that list. Anyone on the host may bind a socket
+/// under any name, so the list is read as bytes and a name may hold spaces:
+/// before, one name that was not UTF-8 made the whole list unreadable, and
+/// no socket was hidden. Such a name itself cannot be carried in the plan
+/// (its paths are text), so that one socket is left as it is rather than
+/// refusing every sandbox on the host.
 fn host_unix_sockets() -> Vec<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
-    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
-    let mut out: Vec<PathBuf> = text
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .filter(|p| p.starts_with('/'))
-        .map(PathBuf::from)
+    let list = crate::fsx::read_kernel_bytes("/proc/net/unix").unwrap_or_default();
+    let mut out: Vec<PathBuf> = unix_socket_paths(&list)
+        .filter(|p| p.to_str().is_some())
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
         .collect();
     out.sort();
     out.dedup();
     out
+}
+
+/// The file-system paths in the text of `/proc/net/unix`: each line is
+/// `Num RefCount Protocol Flags Type St Inode` (padded with spaces) and, for
+/// a bound socket, one space and its name to the end of the line.
+fn unix_socket_paths(list: &[u8]) -> impl Iterator<Item = PathBuf> + '_ {
+    use std::os::unix::ffi::OsStrExt;
+    list.split(|&b| b == b'\n').skip(1).filter_map(|line| {
+        let mut rest = line;
+        for _ in 0..7 {
+            let start = rest.iter().position(|&b| b != b' ')?;
+            rest = &rest[start..];
+            let end = rest.iter().position(|&b| b == b' ')?;
+            rest = &rest[end..];
+        }
+        let name = rest.strip_prefix(b" ")?;
+        name.starts_with(b"/").then(|| PathBuf::from(std::ffi::OsStr::from_bytes(name)))
+    })
 }
 
 /// The audit's environment: runws's own (the real `HOME`, caches and
@@ -673,6 +692,28 @@ pub(super) fn hand_to_init(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket's name is the rest of its line: spaces and bytes that are
+    /// not UTF-8 included; unnamed and abstract sockets are not paths.
+    #[test]
+    fn unix_socket_paths_keep_spaces_and_any_bytes() {
+        use std::os::unix::ffi::OsStrExt;
+        let mut list = b"Num       RefCount Protocol Flags    Type St Inode Path\n".to_vec();
+        list.extend_from_slice(b"0000000000000000: 00000002 00000000 00010000 0001 01    21 /run/a b.sock\n");
+        list.extend_from_slice(
+            b"0000000000000000: 00000002 00000000 00010000 0001 01 12345 /tmp/\xff\xfe.sock\n",
+        );
+        list.extend_from_slice(b"0000000000000000: 00000003 00000000 00000000 0001 03  4567\n");
+        list.extend_from_slice(b"0000000000000000: 00000002 00000000 00010000 0001 01  8910 @abstract\n");
+        let got: Vec<PathBuf> = unix_socket_paths(&list).collect();
+        assert_eq!(
+            got,
+            vec![
+                PathBuf::from("/run/a b.sock"),
+                PathBuf::from(std::ffi::OsStr::from_bytes(b"/tmp/\xff\xfe.sock"))
+            ]
+        );
+    }
 
     /// A home is the sixth field of the first well-formed line naming the uid.
     #[test]

@@ -4,6 +4,7 @@
 //! must be no stronger against the host kernel, its devices and its unix
 //! sockets than an unprivileged one.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -275,14 +276,21 @@ fn net_none_hides_host_unix_sockets_unless_granted() {
     }
     let _cleanup = Cleanup(elsewhere_dir.clone());
     let elsewhere = elsewhere_dir.join("service.sock");
+    // Names are anyone's to choose: one with a space is hidden whole, and
+    // one that is not UTF-8 (bound by anybody on the host, here) must not
+    // make the kernel's list unreadable and so hide nothing at all.
+    let spaced = elsewhere_dir.join("other service.sock");
+    let poison = elsewhere_dir.join(std::ffi::OsStr::from_bytes(b"poison-\xff.sock"));
+    let _poison = std::os::unix::net::UnixListener::bind(&poison).unwrap();
     let _a = SocketServer::start(&in_run);
     let _b = SocketServer::start(&elsewhere);
+    let _c = SocketServer::start(&spaced);
     for who in everyone() {
         if skip(who, "unix_sockets") {
             continue;
         }
         let env = Env::new();
-        for (i, sock) in [&in_run, &elsewhere].into_iter().enumerate() {
+        for (i, sock) in [&in_run, &elsewhere, &spaced].into_iter().enumerate() {
             let code = connect_code(sock);
             // Control: with the host's network the socket answers.
             let host = probe(&env, who, &["--net", "host"], &format!("h{i}"), &code);
