@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::fsx::read_kernel_text;
+
 /// What a run asked for; `None` is no limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Limits {
@@ -104,7 +106,7 @@ fn hierarchies() -> &'static Hierarchies {
     static READ: std::sync::OnceLock<Hierarchies> = std::sync::OnceLock::new();
     READ.get_or_init(|| Hierarchies {
         mounts: read_mounts(),
-        own: fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+        own: read_kernel_text("/proc/self/cgroup").unwrap_or_default(),
     })
 }
 
@@ -113,7 +115,7 @@ fn mounts() -> &'static [Mount] {
 }
 
 fn read_mounts() -> Vec<Mount> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let text = read_kernel_text("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for line in text.lines() {
         // `ID PARENT M:N ROOT MOUNTPOINT OPTS [TAGS...] - TYPE SOURCE SUPER`
@@ -175,7 +177,7 @@ fn place(name: &str, want: &[&str]) -> Result<(bool, Vec<PathBuf>), String> {
         && let Some(own) = own_path("")
     {
         let parent = m.at.join(own.trim_start_matches('/'));
-        let enabled = fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+        let enabled = read_kernel_text(parent.join("cgroup.subtree_control")).unwrap_or_default();
         let have: Vec<&str> = enabled.split_whitespace().collect();
         if want.iter().all(|w| have.contains(w)) {
             return Ok((true, vec![parent.join(name)]));
@@ -210,12 +212,12 @@ fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
 }
 
 fn read_u64(dir: &Path, file: &str) -> Option<u64> {
-    fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+    read_kernel_text(dir.join(file)).ok()?.trim().parse().ok()
 }
 
 /// `KEY N` lines (`memory.events`, `cpu.stat`, `memory.oom_control`).
 fn keyed(dir: &Path, file: &str, key: &str) -> Option<u64> {
-    let text = fs::read_to_string(dir.join(file)).ok()?;
+    let text = read_kernel_text(dir.join(file)).ok()?;
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
@@ -365,14 +367,6 @@ impl Group {
         Ok(())
     }
 
-    /// Kills every process in the group, until it is empty (or a bound of
-    /// rounds passed); returns how many were signalled, not counting `own`
-    /// (runws's own child: a sandbox's init still ending once it reported
-    /// the command's end is not something the command left behind).
-    pub fn kill_all(&self, own: i32) -> u64 {
-        kill_members(&self.dirs, self.v2, own)
-    }
-
     /// What the group used.
     pub fn usage(&self) -> Usage {
         let find = |f: &str| self.dir_with(f);
@@ -402,6 +396,37 @@ impl Group {
     pub fn remove(&mut self) -> Vec<PathBuf> {
         remove_dirs(&std::mem::take(&mut self.dirs))
     }
+
+    /// Ends the group when its run ends: reads what it used, then removes
+    /// its directories, killing first whatever is left in any that cannot
+    /// be removed (a process the command left, or a group it made inside its
+    /// own). Most often nothing is left and the end is one read per usage
+    /// file and one `rmdir` per hierarchy, without listing a group. The
+    /// usage is read before any kill: its peaks are high-water marks, which
+    /// a kill does not lower. `own` is not counted among the killed: it is
+    /// runws's own child (a sandbox's init still ending once it reported the
+    /// command's end is not something the command left behind).
+    pub fn end(mut self, own: i32) -> Ended {
+        let usage = self.usage();
+        let busy: Vec<PathBuf> = std::mem::take(&mut self.dirs)
+            .into_iter()
+            .filter(|d| fs::remove_dir(d).is_err_and(|e| e.kind() != io::ErrorKind::NotFound))
+            .collect();
+        if busy.is_empty() {
+            return Ended { killed: 0, usage, left: Vec::new() };
+        }
+        let killed = kill_members(&busy, self.v2, own);
+        Ended { killed, usage, left: remove_dirs(&busy) }
+    }
+}
+
+/// A group ended ([`Group::end`]).
+pub struct Ended {
+    /// Processes killed (the command's own process not counted).
+    pub killed: u64,
+    pub usage: Usage,
+    /// Directories that could not be removed.
+    pub left: Vec<PathBuf>,
 }
 
 impl Drop for Group {
@@ -513,7 +538,7 @@ fn kill_members(dirs: &[PathBuf], v2: bool, own: i32) -> u64 {
 }
 
 fn members(dir: &Path) -> Vec<i32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
+    read_kernel_text(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.trim().parse().ok())

@@ -124,13 +124,13 @@ pub(super) fn prepare<'r>(
             return Err(e).with_context(|| format!("cannot reserve the record of run `{id}`"));
         }
     };
-    // The group is made on another thread while the run is prepared: on
-    // cgroup v1 each hierarchy's directory and limits are kernel work of
-    // their own (about half a millisecond for three).
-    let making = GroupJob::start(&req, &root, &id);
+    // The group is made right here, on this thread: a thread of its own
+    // cost more to start and join than the few directories and limit files
+    // it made (see BENCHMARKS.md, "Limits").
+    let made_group = make_group(&req, &root, &id);
     let mut ports = Ports::none();
     let made = make(&mut req, grants, lease.as_ref(), run, &root, &invoked_from, &mut m, &mut ports);
-    let group = match record_group(making.finish(), &req, &mut m) {
+    let group = match record_group(made_group, &req, &mut m) {
         Ok(g) => g,
         Err(e) => return Err(record_failure(run, m, e, Some(final_slot))),
     };
@@ -157,41 +157,13 @@ pub(super) fn prepare<'r>(
     })
 }
 
-/// The run's control group being made (see [`crate::cgroup::Group::create`]).
-struct GroupJob {
-    thread: Option<std::thread::JoinHandle<Result<Option<crate::cgroup::Group>, String>>>,
-    /// Made here when no thread could be started.
-    direct: Option<(String, crate::cgroup::Limits)>,
-}
-
-impl GroupJob {
-    /// Starts making the group of a run with limits, on a thread of its own.
-    fn start(req: &Request, root: &Root, id: &str) -> GroupJob {
-        let limits = req.limits;
-        if !limits.any() {
-            return GroupJob { thread: None, direct: None };
-        }
-        let name = crate::cgroup::name(root.path(), id);
-        let named = name.clone();
-        match std::thread::Builder::new()
-            .name("cgroup".into())
-            .spawn(move || crate::cgroup::Group::create(&named, &limits))
-        {
-            Ok(t) => GroupJob { thread: Some(t), direct: None },
-            Err(_) => GroupJob { thread: None, direct: Some((name, limits)) },
-        }
+/// The run's control group (`None` without limits), or why it could not be
+/// made (see [`crate::cgroup::Group::create`]).
+fn make_group(req: &Request, root: &Root, id: &str) -> Result<Option<crate::cgroup::Group>, String> {
+    if !req.limits.any() {
+        return Ok(None);
     }
-
-    /// The group (`None` without limits), or why it could not be made.
-    fn finish(self) -> Result<Option<crate::cgroup::Group>, String> {
-        if let Some((name, limits)) = self.direct {
-            return crate::cgroup::Group::create(&name, &limits);
-        }
-        match self.thread {
-            Some(t) => t.join().unwrap_or_else(|_| Err("the thread making the control group failed".into())),
-            None => Ok(None),
-        }
-    }
+    crate::cgroup::Group::create(&crate::cgroup::name(root.path(), id), &req.limits)
 }
 
 /// The run's control group, recorded when it has limits; with

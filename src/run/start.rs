@@ -365,8 +365,8 @@ impl Used {
     }
 }
 
-/// The run's `resources` record at its end: its group's use (everything in
-/// the group killed first, then the group removed), or, without a group,
+/// The run's `resources` record at its end: its group's use (then the
+/// group removed, anything left in it killed first), or, without a group,
 /// the use of the processes runws waited for.
 fn resources(
     asked: Option<manifest::ResourcesRecord>,
@@ -378,10 +378,9 @@ fn resources(
     let after = Used::now();
     r.cpu_user_ms = Some(after.user_ms.saturating_sub(before.user_ms));
     r.cpu_system_ms = Some(after.system_ms.saturating_sub(before.system_ms));
-    if let Some(mut g) = group {
-        let left = g.kill_all(child);
-        let u = g.usage();
-        for d in g.remove() {
+    if let Some(g) = group {
+        let crate::cgroup::Ended { killed: left, usage: u, left: dirs } = g.end(child);
+        for d in dirs {
             eprintln!(
                 "runws: warning: cannot remove the run's control group `{}`: a process in it outlived the kill",
                 crate::shown::path(&d)
