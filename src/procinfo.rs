@@ -76,7 +76,10 @@ fn read_stat(which: &str) -> Option<String> {
             return None;
         }
     }
-    String::from_utf8(buf[..len].to_vec()).ok()
+    // The name in the parentheses is whatever the process executed or set
+    // (any bytes): never a reason to lose the line, or the process would
+    // vanish from the reaper's sight and outlive the reap of its run.
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
 /// The fields of a stat line from field 3 (state) on. The command name
@@ -152,7 +155,9 @@ pub fn own_name() -> Option<String> {
 
 /// The real user id of process `pid` (`/proc/<pid>/status`).
 pub fn real_uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    // Bytes first: its `Name:` line holds the process's name, any bytes.
+    let status = crate::fsx::read_kernel_bytes(format!("/proc/{pid}/status")).ok()?;
+    let status = String::from_utf8_lossy(&status);
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }

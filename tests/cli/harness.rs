@@ -157,8 +157,11 @@ pub fn wait_for(path: &Path) {
 
 /// Whether process `pid` exists and is not a zombie.
 pub fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !matches!(s.rsplit(')').next().unwrap().split_whitespace().next(), Some("Z")))
+    // Bytes: a process's name (in the parentheses) need not be UTF-8.
+    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let after = &s[s.iter().rposition(|&b| b == b')').map_or(0, |i| i + 1)..];
+        String::from_utf8_lossy(after).split_whitespace().next() != Some("Z")
+    })
 }
 
 /// A value that looks like a credential, made at run time so the source

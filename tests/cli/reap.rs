@@ -62,6 +62,43 @@ fn a_run_whose_runws_was_killed_is_reaped_after_its_lease_expires() {
     assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), before);
 }
 
+/// A process may name itself anything (its `comm` is the first bytes of the
+/// file it executed): a name that is not UTF-8 must not hide the run's
+/// command from the reaper, which then left it running after the reap.
+#[test]
+fn a_command_named_with_bytes_that_are_not_utf8_is_still_reaped() {
+    let env = Env::new();
+    let up = env.path("up");
+    let script = format!(
+        r#"n=$(printf 'zz\377\376')
+           cp /bin/sleep "$RUNWS_DIR/work/$n"
+           echo $$ > "$RUNWS_DIR/work/child.pid"; touch '{up}'
+           exec "$RUNWS_DIR/work/$n" 60"#,
+        up = up.display()
+    );
+    let mut runws = env
+        .cmd(&["run", "--run-id", "odd", "--lease-ttl", "0.5", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    wait_for(&up);
+    let dir = env.run_dir("odd");
+    let child: i32 = std::fs::read_to_string(dir.join("work/child.pid")).unwrap().trim().parse().unwrap();
+    // The exec has happened once the name shows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read(format!("/proc/{child}/comm")).is_ok_and(|c| c.starts_with(b"zz\xff")) {
+        assert!(std::time::Instant::now() < deadline, "the command never took its name");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    runws.kill().unwrap();
+    runws.wait().unwrap();
+    assert!(alive(child));
+    std::thread::sleep(Duration::from_millis(700));
+    let out = env.run(&["reap", "--grace", "1s"]);
+    out.ok().stdout_has("reaped").stdout_has("odd");
+    assert!(!alive(child), "the command survived the reap");
+    assert_eq!(env.manifest("odd")["status"], "abandoned");
+}
+
 /// A paused run is taken over; when it wakes, its guard calls and its final
 /// write are refused and the scratch is not recreated. Same host, so the
 /// run's `host` is rewritten to stand for a run on another machine sharing
