@@ -6,8 +6,7 @@ use std::os::fd::RawFd;
 
 use nix::libc;
 
-use super::launch::unreachable_end;
-use super::raw as sys;
+use super::{raw as sys, unreachable_end};
 
 /// Restrictions the child puts on itself with direct system calls once its
 /// descriptors and directory are in place, before its gate (so while runws

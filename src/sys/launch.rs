@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 pub use super::confine::Confinement;
 use super::confine::{RawConfinement, STEP_JOIN, confine, fail_at};
 use super::proc::SingleThreaded;
-use super::raw as sys;
+use super::{raw as sys, unreachable_end};
 
 /// What the child executes: the program, its arguments and environment,
 /// and where it starts.
@@ -386,13 +386,6 @@ unsafe fn fail(errors: RawFd, errno: isize) -> ! {
         sys(libc::SYS_exit_group, 127, 0, 0, 0);
     }
     unreachable_end()
-}
-
-pub(super) fn unreachable_end() -> ! {
-    // exit_group does not return; spin rather than reach code that could
-    // unwind or allocate in runws's memory.
-    #[allow(clippy::empty_loop)]
-    loop {}
 }
 
 /// The child's steps up to the gate: its own process group and the

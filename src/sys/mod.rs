@@ -28,6 +28,14 @@ pub mod ns;
 pub mod proc;
 pub mod writeback;
 
+/// What follows an `exit_group` made by [`raw`] in a child that shares
+/// runws's memory: that call does not return; spin rather than reach code
+/// that could unwind or allocate in runws's memory.
+fn unreachable_end() -> ! {
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
 /// A system call with up to four arguments made without libc (so `errno`,
 /// shared with runws in a `CLONE_VM` child, is never written); a negative
 /// result is `-errno`. The fifth argument is zero (`prctl` refuses some
