@@ -310,7 +310,7 @@ fn fill(
     rules: &Rules,
     skip_read: usize,
 ) -> Result<::landlock::RulesetCreated, Refused> {
-    use ::landlock::{Access, AccessFs, PathBeneath, PathFd, RulesetCreatedAttr};
+    use ::landlock::{Access, AccessFs, PathBeneath, RulesetCreatedAttr};
     use std::os::unix::ffi::OsStrExt;
     let read = AccessFs::from_read(ABI);
     let all = AccessFs::from_all(ABI);
@@ -323,8 +323,9 @@ fn fill(
     let sets = [(read_now, read, false), (&rules.write[..], all, false), (&rules.devices[..], device, true)];
     for (paths, access, device) in sets {
         for p in paths {
-            // A path gone since runws listed it grants nothing.
-            let Ok(fd) = PathFd::new(p) else { continue };
+            // A path gone since runws listed it grants nothing, nor does
+            // one that leads through a link now.
+            let Ok(fd) = open_rule_path(p) else { continue };
             let access = if device || is_file(p) { access & file_only } else { access };
             created = created
                 .add_rule(PathBeneath::new(fd, access))
@@ -332,6 +333,27 @@ fn fill(
         }
     }
     Ok(created)
+}
+
+/// A rule's path opened for Landlock (`O_PATH`), following no symbolic
+/// link on the way. Every path of the rules was resolved when it was listed,
+/// so one that leads through a link now was changed since: perhaps by
+/// someone racing the walk, who replaced a granted entry of a directory
+/// anyone may write to (`/tmp`, `/var/tmp`, beside ROOT) with a link into a
+/// hidden path, which a plain open would follow and grant. Such a path
+/// grants nothing. Where `openat2` is refused (an old container profile),
+/// the last component is opened without following, and the descriptor's
+/// own path must still be the one listed.
+fn open_rule_path(p: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    match rustix::fs::openat2(CWD, p, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+        Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {}
+        other => return other.map_err(Into::into),
+    }
+    let fd = rustix::fs::openat(CWD, p, flags | OFlags::NOFOLLOW, Mode::empty())?;
+    let at = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd)))?;
+    if at == p { Ok(fd) } else { Err(std::io::Error::from_raw_os_error(nix::libc::ELOOP)) }
 }
 
 /// The ruleset's descriptor; `None` from the crate means the kernel
@@ -436,6 +458,23 @@ mod tests {
         std::os::unix::fs::symlink(t.path().join("a/b/secret"), t.path().join("d/into-secret")).unwrap();
         std::os::unix::fs::symlink(t.path().join("a/c"), t.path().join("d/to-c")).unwrap();
         t
+    }
+
+    /// A rule's path that leads through a link (replaced since it was
+    /// listed) is not opened, whether the link is its last component or a
+    /// directory on the way; a resolved path is.
+    #[test]
+    fn a_rule_path_through_a_link_is_not_opened() {
+        let t = tree();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        assert!(open_rule_path(&base.join("a/b/open")).is_ok());
+        // d/into-secret and d/to-c are links (to a/b/secret and a/c).
+        let last = open_rule_path(&base.join("d/into-secret")).unwrap_err();
+        assert_eq!(last.raw_os_error(), Some(nix::libc::ELOOP), "{last}");
+        std::fs::create_dir(base.join("a/c/inner")).unwrap();
+        let on_the_way = open_rule_path(&base.join("d/to-c/inner")).unwrap_err();
+        assert_eq!(on_the_way.raw_os_error(), Some(nix::libc::ELOOP), "{on_the_way}");
+        assert!(open_rule_path(&base.join("a/c/inner")).is_ok());
     }
 
     /// Siblings of a hidden path are granted, never the path, its
