@@ -60,6 +60,14 @@ pub trait Isolation {
     /// records the isolation in `m`.
     fn prepare(&mut self, at: &Preparing<'_>, spec: &mut Spec, m: &mut Manifest) -> Result<()>;
 
+    /// Once the command's process exists and its record is written, right
+    /// before its gate opens: the last moment to finish what its
+    /// confinement needs (the Landlock ruleset, filled on a thread). An
+    /// error keeps the gate shut: the command never runs.
+    fn before_gate(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Right after the gate opened, while the command starts: must not wait
     /// for it.
     fn opened(&mut self, _at: &Opened<'_>) {}

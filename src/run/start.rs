@@ -156,6 +156,12 @@ impl<'r> Prepared<'r> {
             // The command binds these ports itself; the ledger still holds them.
             ports.close_sockets();
         }
+        if let Err(e) = req.isolation.before_gate() {
+            paused.abandon();
+            let code = not_started(run, &mut record, e, final_slot.take());
+            monitor::ended(run, &req, &mut record, None, code);
+            return Ok(Begun::NotRun(code));
+        }
         let gate = match paused.open_gate(&program) {
             Ok(s) => s,
             Err(e) => {

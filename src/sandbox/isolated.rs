@@ -128,6 +128,14 @@ impl Isolation for Isolated {
         Ok(())
     }
 
+    /// A Landlock ruleset is whole before the command may enforce it.
+    fn before_gate(&mut self) -> Result<()> {
+        match self.setup.as_mut().and_then(|s| s.filling.take()) {
+            Some(filling) => filling.finish().map_err(|r| Error::Sandbox(r.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// Guard calls from inside reach runws over the run's socket (listening
     /// already: a call made before this thread runs waits for it).
     fn opened(&mut self, at: &Opened<'_>) {

@@ -7,12 +7,13 @@
 //! runws computes the rules before the command's process exists
 //! ([`rules`]): what the command may read (and execute), what it may write,
 //! which devices it may use, and whether TCP is denied; and fills a kernel
-//! ruleset with them ([`ruleset`]). The command's process, started like a
-//! plain run's (no fork of runws, no init), sets no-new-privileges, drops
-//! every capability, enforces the ruleset and installs the system-call
-//! filter on itself with direct system calls while runws records the run
-//! (see [`crate::child::Confinement`]), then executes the command;
-//! everything it starts inherits them. `--sandbox=try` goes through the
+//! ruleset with them ([`ruleset`], or on a thread: [`Walk`]). The
+//! command's process, started like a plain run's (no fork of runws, no
+//! init), sets no-new-privileges, drops every capability and installs the
+//! system-call filter on itself with direct system calls while runws
+//! records the run, then, past its gate, enforces the ruleset (see
+//! [`crate::child::Confinement`]) and executes the command; everything it
+//! starts inherits them. `--sandbox=try` goes through the
 //! init instead, which makes the ruleset itself ([`enforce`]) and can go on
 //! without a protection the kernel refuses.
 //!
@@ -26,6 +27,8 @@
 //! are listed when the run starts: a top-level entry made later is not
 //! readable.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -108,18 +111,19 @@ pub fn abi() -> Option<u32> {
 /// writable. Every path is resolved already (no symlink in it); one that
 /// does not exist grants nothing.
 pub fn rules(hidden: &[PathBuf], granted: &[PathBuf], write: &[PathBuf], deny_tcp: bool) -> Rules {
-    complete(walk(hidden), granted, write, deny_tcp)
+    complete(walk(hidden, None), granted, write, deny_tcp)
 }
 
 /// The first part of [`rules`], which needs only the hidden paths: every
 /// hierarchy under `/` that holds none of them.
-fn walk(hidden: &[PathBuf]) -> Walked {
+/// With a `sink`, each grant is also added to its ruleset as it is found.
+fn walk(hidden: &[PathBuf], sink: Option<Sink>) -> Walked {
     let mut hidden: Vec<PathBuf> = hidden.to_vec();
     // `/dev` is hidden but for the devices granted below.
     hidden.push(PathBuf::from("/dev"));
     hidden.retain(|h| h != Path::new("/"));
-    let mut found = Found::default();
-    readable(Path::new("/"), &hidden, &hidden, &mut found);
+    let mut found = Found { sink, ..Found::default() };
+    readable(Path::new("/"), None, &hidden, &hidden, &mut found);
     Walked { found, hidden }
 }
 
@@ -143,11 +147,11 @@ fn complete(walked: Walked, granted: &[PathBuf], write: &[PathBuf], deny_tcp: bo
         // hidden path.
         let below: Vec<PathBuf> = hidden.iter().filter(|h| h.starts_with(&g) && **h != g).cloned().collect();
         if !below.is_empty() {
-            readable(&g, &below, &hidden, &mut found);
+            readable(&g, None, &below, &hidden, &mut found);
             continue;
         }
         let dir = g.is_dir();
-        found.grant(g, dir);
+        found.grant(g, dir, None);
     }
     let Found { read, mut files, .. } = found;
     // By bytes, as [`ruleset`] looks them up.
@@ -174,6 +178,8 @@ struct Found {
     /// path-by-path comparison with every grant made the rules of a root
     /// run, about 180, cost milliseconds).
     granted: std::collections::HashSet<PathBuf>,
+    /// On the walk's thread: the ruleset each grant is added to at once.
+    sink: Option<Sink>,
 }
 
 impl Found {
@@ -182,13 +188,57 @@ impl Found {
         p.ancestors().any(|a| self.granted.contains(a))
     }
 
-    fn grant(&mut self, p: PathBuf, dir: bool) {
-        if !self.covers(&p) {
-            if !dir {
-                self.files.push(p.clone());
+    /// Grants `p`; `at` is the directory it was listed in and its name
+    /// there, from which a sink opens it (else by its path).
+    fn grant(&mut self, p: PathBuf, dir: bool, at: Option<(BorrowedFd<'_>, &OsStr)>) {
+        if self.covers(&p) {
+            return;
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            sink.add(&p, dir, at);
+        }
+        if !dir {
+            self.files.push(p.clone());
+        }
+        self.granted.insert(p.clone());
+        self.read.push(p);
+    }
+}
+
+/// A ruleset that grants are added to as [`readable`] finds them, each
+/// opened from the directory descriptor it was listed through (one name,
+/// no link followed), so that no path is looked up twice and nothing
+/// swapped in between the listing and the rule can be granted instead.
+struct Sink {
+    ruleset: Option<::landlock::RulesetCreated>,
+    /// Why a rule could not be added; the ruleset is then not used.
+    failed: Option<Refused>,
+}
+
+impl Sink {
+    fn add(&mut self, p: &Path, dir: bool, at: Option<(BorrowedFd<'_>, &OsStr)>) {
+        use ::landlock::{AccessFs, PathBeneath, RulesetCreatedAttr};
+        use rustix::fs::{Mode, OFlags};
+        let Some(ruleset) = self.ruleset.take() else { return };
+        let opened = match at {
+            Some((parent, name)) => {
+                let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(std::io::Error::from)
             }
-            self.granted.insert(p.clone());
-            self.read.push(p);
+            None => open_rule_path(p),
+        };
+        // Gone since it was listed: it grants nothing.
+        let Ok(fd) = opened else {
+            self.ruleset = Some(ruleset);
+            return;
+        };
+        // A file's rule takes only a file's rights (the crate looks too,
+        // should the entry have changed its kind since it was listed).
+        let read = AccessFs::from_read(ABI);
+        let access = if dir { read } else { read & AccessFs::from_file(ABI) };
+        match ruleset.add_rule(PathBeneath::new(fd, access)) {
+            Ok(r) => self.ruleset = Some(r),
+            Err(e) => self.failed = Some(Refused::new("Landlock", e.to_string())),
         }
     }
 }
@@ -206,43 +256,96 @@ fn within(p: &Path, dir: &Path) -> bool {
 
 /// Adds to `out` every hierarchy under `dir` that holds no hidden path:
 /// `dir` itself when none is below it, else each entry but the hidden ones,
-/// going down into those that hold one. A symlink is followed to what it
-/// names; one that leads into or above a path of `never` (every hidden
-/// path, `hidden` being those below a directory granted again) grants
-/// nothing (its target, where readable, is granted by its own name).
-fn readable(dir: &Path, hidden: &[PathBuf], never: &[PathBuf], out: &mut Found) {
+/// going down into those that hold one. `at` is the directory `dir` was
+/// listed in and its name there (`None`: opened by its path, which must
+/// lead through no link). A symlink is followed to what it names; one that
+/// leads into or above a path of `never` (every hidden path, `hidden` being
+/// those below a directory granted again) grants nothing (its target, where
+/// readable, is granted by its own name).
+fn readable(
+    dir: &Path,
+    at: Option<(BorrowedFd<'_>, &OsStr)>,
+    hidden: &[PathBuf],
+    never: &[PathBuf],
+    out: &mut Found,
+) {
     let above_hidden = |p: &Path| hidden.iter().any(|h| within(h, p) && h != p);
     let is_hidden = |p: &Path| hidden.iter().any(|h| within(p, h));
     if !above_hidden(dir) {
         if !is_hidden(dir) {
-            out.grant(dir.to_path_buf(), true);
+            out.grant(dir.to_path_buf(), true, at);
         }
         return;
     }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    // The listing's own file types: no look at each entry.
-    let mut listed: Vec<(PathBuf, std::fs::FileType)> =
-        entries.filter_map(|e| e.ok()).filter_map(|e| Some((e.path(), e.file_type().ok()?))).collect();
-    listed.sort_by(|a, b| a.0.cmp(&b.0));
-    for (path, kind) in listed {
-        if kind.is_symlink() {
+    let Ok((fd, listed)) = listing(dir, at) else { return };
+    for (name, kind) in listed {
+        let path = dir.join(&name);
+        if kind == rustix::fs::FileType::Symlink {
             let Ok(target) = std::fs::canonicalize(&path) else { continue };
             if never.iter().any(|h| within(&target, h) || within(h, &target)) {
                 continue;
             }
             let dir = target.is_dir();
-            out.grant(target, dir);
+            out.grant(target, dir, None);
             continue;
         }
         if is_hidden(&path) {
             continue;
         }
-        if kind.is_dir() {
-            readable(&path, hidden, never, out);
+        let at = Some((fd.as_fd(), name.as_os_str()));
+        if kind == rustix::fs::FileType::Directory {
+            readable(&path, at, hidden, never, out);
         } else {
-            out.grant(path, false);
+            out.grant(path, false, at);
         }
     }
+}
+
+/// The entries of `dir` (opened from `at`, or by its path following no
+/// link), sorted by name, each with its kind: the listing's own, else one
+/// look (a file system that does not say); and the directory's descriptor.
+fn listing(
+    dir: &Path,
+    at: Option<(BorrowedFd<'_>, &OsStr)>,
+) -> std::io::Result<(std::os::fd::OwnedFd, Vec<(std::ffi::OsString, rustix::fs::FileType)>)> {
+    use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = match at {
+        Some((parent, name)) => rustix::fs::openat(parent, name, flags | OFlags::NOFOLLOW, Mode::empty())?,
+        None => match rustix::fs::openat2(CWD, dir, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+            Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
+                let fd = rustix::fs::openat(CWD, dir, flags | OFlags::NOFOLLOW, Mode::empty())?;
+                let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+                if std::fs::read_link(fd_path)? != dir {
+                    return Err(std::io::Error::from_raw_os_error(nix::libc::ELOOP));
+                }
+                fd
+            }
+            other => other?,
+        },
+    };
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+    let mut raw = rustix::fs::RawDir::new(&fd, &mut buf);
+    let mut out = Vec::new();
+    while let Some(entry) = raw.next() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = OsStr::from_bytes(name).to_os_string();
+        let kind = match entry.file_type() {
+            FileType::Unknown => match rustix::fs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(_) => continue,
+            },
+            kind => kind,
+        };
+        out.push((name, kind));
+    }
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok((fd, out))
 }
 
 /// The protections [`enforce`] gave, for the record: each with what
@@ -373,61 +476,88 @@ pub fn ruleset(rules: &Rules) -> Result<std::os::fd::OwnedFd, Refused> {
 /// a new ruleset, on a thread started before the run exists (only the
 /// hidden paths are needed: the homes, ROOT, root's secrets, `--hide`),
 /// which runws's making of the run directory and first record hide. The
-/// rest, the run's own paths, is added once they exist ([`Walk::finish`]).
+/// run's own paths are handed to the thread once they exist
+/// ([`Walk::grant`]); it adds them last, while the command's process is
+/// created, and runws waits for it only before it opens the command's gate
+/// ([`Filling::finish`]). The command enforces the ruleset past its gate:
+/// should it ever do so early, a ruleset that only grants would deny more,
+/// never less.
 pub struct Walk {
     hidden: Vec<PathBuf>,
     deny_tcp: bool,
-    thread: std::thread::JoinHandle<Result<Walking, Refused>>,
+    /// A second descriptor of the ruleset the thread fills: the command's.
+    ruleset: std::os::fd::OwnedFd,
+    run_paths: std::sync::mpsc::SyncSender<RunPaths>,
+    thread: std::thread::JoinHandle<Result<(), Refused>>,
 }
 
-/// What the thread of a [`Walk`] hands back.
-struct Walking {
-    created: ::landlock::RulesetCreated,
-    walked: Walked,
-    added: usize,
+/// The run's own paths, granted once they exist: readable, writable.
+struct RunPaths {
+    granted: Vec<PathBuf>,
+    write: Vec<PathBuf>,
 }
 
 impl Walk {
-    /// Starts the walk, for a run that hides `hidden` (resolved).
+    /// Starts the walk, for a run that hides `hidden` (resolved); `None`
+    /// when no ruleset can be made (the run then makes it itself, and says
+    /// why not).
     pub fn start(hidden: Vec<PathBuf>, deny_tcp: bool) -> Option<Walk> {
         use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
         let paths = hidden.clone();
+        let filled = created(deny_tcp).ok()?;
+        let ruleset = descriptor(filled.try_clone().ok()?).ok()?;
+        let (run_paths, from_run) = std::sync::mpsc::sync_channel::<RunPaths>(1);
         // Started before runws blocks the signals it reads from its
         // signalfd: the thread is made with every signal blocked, so that
         // none is delivered to it instead (it inherits this thread's mask).
         let mut before = SigSet::empty();
         pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut before)).ok()?;
         let thread = std::thread::Builder::new().name("landlock-walk".into()).spawn(move || {
-            let walked = walk(&paths);
-            let mut files = walked.found.files.clone();
-            files.sort_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
-            let part = Rules { read: walked.found.read.clone(), files, deny_tcp, ..Rules::default() };
-            let created = fill(created(deny_tcp)?, &part, 0)?;
-            Ok(Walking { created, added: part.read.len(), walked })
+            let mut walked = walk(&paths, Some(Sink { ruleset: Some(filled), failed: None }));
+            let lost = || Refused::new("Landlock", "the walk of / lost its ruleset");
+            let Sink { ruleset, failed } = walked.found.sink.take().ok_or_else(lost)?;
+            if let Some(why) = failed {
+                return Err(why);
+            }
+            let filled = ruleset.ok_or_else(lost)?;
+            let added = walked.found.read.len();
+            // None: the run went another way (it was not started, or made
+            // its ruleset itself); this ruleset is then never enforced.
+            let run = from_run.recv().map_err(|_| Refused::new("Landlock", "the run's paths never came"))?;
+            let rules = complete(walked, &run.granted, &run.write, deny_tcp);
+            fill(filled, &rules, added).map(drop)
         });
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
-        Some(Walk { hidden, deny_tcp, thread: thread.ok()? })
+        Some(Walk { hidden, deny_tcp, ruleset, run_paths, thread: thread.ok()? })
     }
 
-    /// The whole ruleset, for a run that hides `hidden` and grants
-    /// `granted` and `write`; `None` when the walk was for other hidden
-    /// paths or other switches (make the ruleset anew then).
-    pub fn finish(
-        self,
-        hidden: &[PathBuf],
-        granted: &[PathBuf],
-        write: &[PathBuf],
-        deny_tcp: bool,
-    ) -> Option<Result<std::os::fd::OwnedFd, Refused>> {
-        let Walk { hidden: walked_for, deny_tcp: walked_deny, thread } = self;
-        let joined = thread.join().ok()?;
-        if walked_for != hidden || walked_deny != deny_tcp {
-            return None;
-        }
-        Some(joined.and_then(|w| {
-            let rules = complete(w.walked, granted, write, deny_tcp);
-            descriptor(fill(w.created, &rules, w.added)?)
-        }))
+    /// Whether this walk is the one for a run that hides `hidden` with
+    /// these switches (else the run makes its ruleset anew).
+    pub fn serves(&self, hidden: &[PathBuf], deny_tcp: bool) -> bool {
+        self.hidden == hidden && self.deny_tcp == deny_tcp
+    }
+
+    /// Hands the thread the run's paths, `granted` readable and `write`
+    /// writable; returns the ruleset's descriptor for the command's process,
+    /// not whole until [`Filling::finish`] says so.
+    pub fn grant(self, granted: Vec<PathBuf>, write: Vec<PathBuf>) -> (std::os::fd::OwnedFd, Filling) {
+        let Walk { ruleset, run_paths, thread, .. } = self;
+        // Fails only when the thread has ended already, which its join reports.
+        let _ = run_paths.send(RunPaths { granted, write });
+        (ruleset, Filling { thread })
+    }
+}
+
+/// A ruleset the walk's thread is still filling.
+pub struct Filling {
+    thread: std::thread::JoinHandle<Result<(), Refused>>,
+}
+
+impl Filling {
+    /// Waits until the ruleset holds every rule of the run, or says why it
+    /// never will (the command must then not run).
+    pub fn finish(self) -> Result<(), Refused> {
+        self.thread.join().map_err(|_| Refused::new("Landlock", "the walk of / failed"))?
     }
 }
 
@@ -485,7 +615,7 @@ mod tests {
         let base = std::fs::canonicalize(t.path()).unwrap();
         let secret = base.join("a/b/secret");
         let mut found = Found::default();
-        readable(&base, std::slice::from_ref(&secret), std::slice::from_ref(&secret), &mut found);
+        readable(&base, None, std::slice::from_ref(&secret), std::slice::from_ref(&secret), &mut found);
         let out = found.read;
         assert!(out.contains(&base.join("a/b/open")));
         assert!(out.contains(&base.join("a/c")));
@@ -504,7 +634,7 @@ mod tests {
         let t = tree();
         let base = std::fs::canonicalize(t.path()).unwrap();
         let mut found = Found::default();
-        readable(&base, &[], &[], &mut found);
+        readable(&base, None, &[], &[], &mut found);
         assert_eq!(found.read, vec![base]);
     }
 

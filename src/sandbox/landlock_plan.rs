@@ -157,6 +157,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
     // filter compiled): no fork of runws, no init. `--sandbox=try` takes
     // the init, which can go without a protection the kernel refuses and
     // say so.
+    let mut filling = None;
     let (status, original_program) = if opts.try_mode {
         let plan = Plan {
             kind: Kind::Sandbox,
@@ -186,14 +187,18 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
         })
         .map_err(|r| Error::Sandbox(r.to_string()))?;
         // The walk started before the run existed, when it was for these
-        // hidden paths: only the run's own paths are left to add. Else (a
-        // hidden path that did not resolve then, say) the whole ruleset is
-        // made here.
-        let ruleset = match walk.and_then(|w| w.finish(&hidden_resolved, &granted, &write, deny_tcp)) {
-            Some(done) => done,
-            None => landlock::ruleset(&landlock::rules(&hidden_resolved, &granted, &write, deny_tcp)),
-        }
-        .map_err(|r| Error::Sandbox(r.to_string()))?;
+        // hidden paths: its thread adds the run's own paths too, and runws
+        // waits for it before the gate. Else (a hidden path that did not
+        // resolve then, say) the whole ruleset is made here.
+        let ruleset = match walk.filter(|w| w.serves(&hidden_resolved, deny_tcp)) {
+            Some(w) => {
+                let (ruleset, pending) = w.grant(granted.clone(), write.clone());
+                filling = Some(pending);
+                ruleset
+            }
+            None => landlock::ruleset(&landlock::rules(&hidden_resolved, &granted, &write, deny_tcp))
+                .map_err(|r| Error::Sandbox(r.to_string()))?,
+        };
         spec.confine = Some(crate::child::Confinement {
             cloexec_from: 3 + spec.listen.len() as u32,
             bounding_required: holds_capabilities(),
@@ -237,6 +242,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
         missing,
         git_common: None,
         landlock: true,
+        filling,
         proxy: None,
     })
 }

@@ -161,6 +161,9 @@ pub struct Setup {
     /// user owns, the run directory's top level included (see
     /// [`restore_top_modes`]).
     pub landlock: bool,
+    /// The Landlock backend: the ruleset the walk's thread is still
+    /// filling, finished before the command's gate opens.
+    pub filling: Option<landlock::Filling>,
     /// `--net allow`, `audit --net`: the proxy's socket, listening in the
     /// run's network namespace, until the run is opened.
     pub proxy: Option<crate::egress::Pending>,

@@ -528,6 +528,7 @@ pub fn prepare(
         missing,
         git_common: None,
         landlock: false,
+        filling: None,
         proxy,
     })
 }

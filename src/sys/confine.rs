@@ -1,4 +1,4 @@
-//! What a Landlock sandbox's command process does to itself before its
+//! What a Landlock sandbox's command process does to itself around its
 //! gate, with direct system calls (see [`Confinement`]); run from
 //! [`super::launch`]'s child, which shares runws's memory until its exec.
 
@@ -9,13 +9,15 @@ use nix::libc;
 use super::{raw as sys, unreachable_end};
 
 /// Restrictions the child puts on itself with direct system calls once its
-/// descriptors and directory are in place, before its gate (so while runws
-/// records the run): what the Landlock backend of the sandbox needs, which
-/// thereby takes no fork and no init of runws's own. In this order:
+/// descriptors and directory are in place: what the Landlock backend of the
+/// sandbox needs, which thereby takes no fork and no init of runws's own.
+/// Before its gate (so while runws records the run), in this order:
 /// no-new-privileges; every descriptor from `cloexec_from` up marked
 /// close-on-exec; the capability bounding set, the ambient set and the
-/// effective, permitted and inheritable sets emptied; the Landlock ruleset
-/// (filled by runws) enforced; the system-call filter installed, last. A
+/// effective, permitted and inheritable sets emptied; the system-call filter
+/// installed. Past its gate, right before its exec: the Landlock ruleset
+/// enforced, which runws may still be filling until it opens the gate (a
+/// ruleset only grants: one enforced early would deny more, never less). A
 /// failure ends the child, with the step and errno on the error pipe (see
 /// [`Confinement::step_name`]).
 pub struct Confinement {
@@ -24,9 +26,10 @@ pub struct Confinement {
     /// capability cannot drop it (CAP_SETPCAP), nor gain anything back with
     /// no-new-privileges set.
     pub bounding_required: bool,
-    /// A Landlock ruleset, filled by runws (the child only enforces it).
+    /// A Landlock ruleset, filled by runws until the gate opens (the child
+    /// only enforces it, past the gate).
     pub landlock: Option<std::os::fd::OwnedFd>,
-    /// A seccomp program (classic BPF), installed last.
+    /// A seccomp program (classic BPF), installed before the gate.
     pub filter: Vec<super::ns::Insn>,
 }
 
@@ -87,7 +90,7 @@ pub(super) unsafe fn fail_at(errors: RawFd, step: i32, errno: isize) -> ! {
     unreachable_end()
 }
 
-/// The steps of a [`Confinement`], with direct system calls.
+/// The steps of a [`Confinement`] before the gate, with direct system calls.
 ///
 /// # Safety
 /// Only in the child, from [`super::launch`]'s preparation; `c.filter` points at `c.filter_len`
@@ -134,9 +137,6 @@ pub(super) unsafe fn confine(errors: RawFd, c: &RawConfinement) {
         let header: [u32; 2] = [0x2008_0522, 0];
         let data = [0u32; 6];
         check(STEP_CAPSET, sys(libc::SYS_capset, header.as_ptr() as usize, data.as_ptr() as usize, 0, 0));
-        if c.landlock >= 0 {
-            check(STEP_LANDLOCK, sys(libc::SYS_landlock_restrict_self, c.landlock as usize, 0, 0, 0));
-        }
         if c.filter_len > 0 {
             #[repr(C)]
             struct Fprog {
@@ -154,6 +154,23 @@ pub(super) unsafe fn confine(errors: RawFd, c: &RawConfinement) {
                     0,
                 ),
             );
+        }
+    }
+}
+
+/// The step of a [`Confinement`] past the gate: the Landlock ruleset, which
+/// runws has finished filling once it opened the gate, enforced.
+///
+/// # Safety
+/// Only in the child, from [`super::launch`]'s preparation, after [`confine`].
+pub(super) unsafe fn enforce_landlock(errors: RawFd, c: &RawConfinement) {
+    if c.landlock >= 0 {
+        // SAFETY: landlock_restrict_self reads only its two integer arguments; fail_at as above.
+        unsafe {
+            let r = sys(libc::SYS_landlock_restrict_self, c.landlock as usize, 0, 0, 0);
+            if r < 0 {
+                fail_at(errors, STEP_LANDLOCK, -r);
+            }
         }
     }
 }

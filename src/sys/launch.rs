@@ -22,7 +22,7 @@ use nix::libc;
 use nix::unistd::Pid;
 
 pub use super::confine::Confinement;
-use super::confine::{RawConfinement, STEP_JOIN, confine, fail_at};
+use super::confine::{RawConfinement, STEP_JOIN, confine, enforce_landlock, fail_at};
 use super::proc::SingleThreaded;
 use super::{raw as sys, unreachable_end};
 
@@ -503,6 +503,9 @@ unsafe fn prepare(l: &Launch) {
                 // runws gave up on this run before it started.
                 sys(libc::SYS_exit_group, 125, 0, 0, 0);
                 unreachable_end();
+            }
+            if let Some(c) = l.confine {
+                enforce_landlock(l.errors, &c);
             }
         }
         // The signals runws reads from its signalfd are blocked here too;

@@ -637,9 +637,11 @@ fn refuse_call(nr: nix::libc::c_long) -> std::io::Result<()> {
 }
 
 /// The command's process confines itself while runws records the run, and
-/// may fail at any step (its capabilities, its ruleset): the run is refused
-/// with the step's own reason every time, whichever comes first (the
-/// child's end or runws's word to go on), and the command never runs.
+/// may fail at any step (its capabilities, its ruleset), as may runws's
+/// filling of the ruleset, which goes on while the process is made: the
+/// run is refused with the step's own reason every time, whichever comes
+/// first (the child's end or runws's word to go on), and the command never
+/// runs.
 #[test]
 fn a_confinement_that_fails_is_reported_with_its_reason() {
     use nix::libc;
@@ -648,7 +650,11 @@ fn a_confinement_that_fails_is_reported_with_its_reason() {
         if no_landlock(&env, who) {
             return;
         }
-        for (nr, says) in [(libc::SYS_landlock_restrict_self, "Landlock"), (libc::SYS_capset, "capset")] {
+        for (nr, says) in [
+            (libc::SYS_landlock_restrict_self, "Landlock"),
+            (libc::SYS_capset, "capset"),
+            (libc::SYS_landlock_add_rule, "Landlock"),
+        ] {
             for i in 0..15 {
                 let marker = env.path(&format!("ran-{nr}-{i}"));
                 let mut cmd = runws_as(
