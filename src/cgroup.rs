@@ -173,6 +173,8 @@ fn under(mount: &Path, own: &str, name: &str) -> PathBuf {
 /// per controller. Err names what is missing.
 fn place(name: &str, want: &[&str]) -> Result<(bool, Vec<PathBuf>), String> {
     let all = mounts();
+    // Why v2 could not serve, for the error below.
+    let mut v2_why = String::new();
     if let Some(m) = all.iter().find(|m| m.v2)
         && let Some(own) = own_path("")
     {
@@ -182,6 +184,11 @@ fn place(name: &str, want: &[&str]) -> Result<(bool, Vec<PathBuf>), String> {
         if want.iter().all(|w| have.contains(w)) {
             return Ok((true, vec![parent.join(name)]));
         }
+        let listed = if have.is_empty() { "nothing".to_string() } else { have.join(" ") };
+        v2_why = format!(
+            "; on cgroup v2 runws's group `{own}` hands its children {listed} (its cgroup.subtree_control; \
+             the kernel lets only the root group, or a group without processes of its own, hand controllers down)"
+        );
     }
     let mut dirs = Vec::new();
     let mut missing = Vec::new();
@@ -199,7 +206,7 @@ fn place(name: &str, want: &[&str]) -> Result<(bool, Vec<PathBuf>), String> {
     if !missing.is_empty() {
         return Err(format!(
             "no cgroup hierarchy here has the {} controller(s) for this process's group \
-             (cgroup v2 with them delegated, or cgroup v1 mounted)",
+             (cgroup v2 with them delegated, or cgroup v1 mounted){v2_why}",
             missing.join(", ")
         ));
     }
