@@ -137,7 +137,7 @@ pub struct Spec {
     /// killer, which ends every process sharing its victim's memory, ends
     /// runws too when the exec itself runs out of the limit.
     pub own_memory: bool,
-    /// Restrictions the child puts on itself before its gate (see
+    /// Restrictions the child puts on itself around its gate (see
     /// [`Confinement`]); not with `in_process`.
     pub confine: Option<Confinement>,
     /// Files the child writes `0` to before anything else, to join control
