@@ -657,12 +657,15 @@ fn a_confinement_that_fails_is_reported_with_its_reason() {
         ] {
             for i in 0..15 {
                 let marker = env.path(&format!("ran-{nr}-{i}"));
+                let id = format!("refused-{nr}-{i}");
                 let mut cmd = runws_as(
                     &env,
                     who,
                     &[
                         "run",
                         "--sandbox=landlock",
+                        "--run-id",
+                        &id,
                         "--",
                         "sh",
                         "-c",
@@ -675,6 +678,18 @@ fn a_confinement_that_fails_is_reported_with_its_reason() {
                 out.code(125).one_line_error();
                 assert!(out.stderr.contains(says), "{who:?} {says} {i}: {}", out.stderr);
                 assert!(!marker.exists(), "{who:?} {says} {i}: the command ran");
+                let m = env.manifest(&id);
+                assert_eq!(m["exit_code"], 125, "{who:?} {says} {i}");
+                // Once ROOT exists (the walk of `/` starts before the run,
+                // for an existing ROOT), the command's process was made and
+                // its gate stayed shut: a ruleset the walk's thread could
+                // not fill is found at the gate, not before the fork.
+                if i > 0 {
+                    assert!(
+                        m["child"]["pid"].as_i64().is_some(),
+                        "{who:?} {says} {i}: no process was made: {m}"
+                    );
+                }
             }
         }
     }
