@@ -810,3 +810,137 @@ fn try_mode_under_landlock_as_root_runs_confined_through_the_init() {
     assert_eq!(m["sandbox"]["mode"], "try", "{m}");
     assert_eq!(m["status"], "succeeded", "{m}");
 }
+
+/// Run as `nobody` in a directory anyone may write to: each pair of names
+/// swapped again and again (`renameat2(RENAME_EXCHANGE)`) between a
+/// directory of its own and a link to one of the targets (or to `/etc`,
+/// with links to `shadow`, `gshadow` and `ssh` through that name), and one
+/// link re-pointed among the targets and a directory of its own, until
+/// killed.
+const RACER: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+parent, tag = sys.argv[1], sys.argv[2]
+targets = sys.argv[3:]
+p = lambda n: os.path.join(parent, "%s-%s" % (tag, n))
+os.mkdir(p("d"))
+pairs = []
+for i, t in enumerate(targets):
+    a, b = p("x%d" % i), p("l%d" % i)
+    os.mkdir(a)
+    os.symlink(t, b)
+    pairs.append((a.encode(), b.encode()))
+# directories of ours holding entries named like /etc's secrets, each
+# swapped with a link to /etc, and links to those entries: resolved through
+# the directory, then opened through the link
+ys = []
+for j in range(4):
+    y, yl = p("y%d" % j), p("yl%d" % j)
+    os.mkdir(y)
+    for name in ("shadow", "gshadow", "ssh"):
+        os.mkdir(os.path.join(y, name)) if name == "ssh" else open(os.path.join(y, name), "w").close()
+        os.symlink(os.path.join(y, name), p("y%d%s" % (j, name)))
+    os.symlink("/etc", yl)
+    ys.append((y.encode(), yl.encode()))
+s, new = p("s"), p("s.new")
+choices = targets + [p("d")]
+open(p("ready"), "w").close()
+n = 0
+while True:
+    for a, b in pairs + ys:
+        libc.renameat2(-100, a, -100, b, 2)
+        for y, yl in ys:
+            libc.renameat2(-100, y, -100, yl, 2)
+    try:
+        os.symlink(choices[n % len(choices)], new)
+        os.rename(new, s)
+    except OSError:
+        pass
+    n += 1
+"#;
+
+/// Another user races the walk of `/` of a root run whose ROOT lies in a
+/// directory anyone may write to (`/tmp`): the entries it owns there turn
+/// from directories into links to root's secrets, ROOT, another run and
+/// HOME, and back, while runws lists that directory and adds each entry to
+/// the ruleset. A rule is only ever added for what was listed (opened from
+/// the listed directory, following no link), so none of those becomes
+/// readable, also where openat2 is refused. With the entries opened
+/// following links, most of these runs read root's secrets, the other run
+/// and HOME; with the descriptor's own path unchecked where openat2 is
+/// refused, a run now and then reads /etc/shadow (that window is a few
+/// microseconds: this test finds it only sometimes).
+#[test]
+fn a_racer_beside_root_cannot_get_a_hidden_path_granted() {
+    if !is_root() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: needs root (the racer is nobody) and python3");
+        return;
+    }
+    let env = Env::new();
+    if no_landlock(&env, Who::Me) {
+        return;
+    }
+    // The walk lists the directory that holds ROOT and HOME's parent: the
+    // racer needs to write there, as anyone may in /tmp.
+    let shared = env.tmp.path().parent().unwrap().to_path_buf();
+    let mode = std::fs::metadata(&shared).unwrap().permissions().mode();
+    if mode & 0o1002 != 0o1002 {
+        eprintln!("skipped: {} is not a sticky directory anyone may write to", shared.display());
+        return;
+    }
+    env.run(&["run", "--run-id", "other", "--", "sh", "-c", "echo other-secret > f"]).ok();
+    let other = env.run_dir("other").join("work");
+    std::fs::write(env.home.join("in-home"), "home-secret").unwrap();
+    let tag = format!("runws-racer-{}", std::process::id());
+    let mut targets = vec![
+        "/etc".to_string(),
+        env.root.display().to_string(),
+        other.display().to_string(),
+        env.home.display().to_string(),
+    ];
+    if Path::new("/etc/shadow").exists() {
+        targets.push("/etc/shadow".into());
+    }
+    let mut racer = Command::new("/usr/bin/python3");
+    racer.args(["-c", RACER, shared.to_str().unwrap(), &tag]).args(&targets).uid(65534).gid(65534);
+    let mut racer = racer.spawn().unwrap();
+    let ready = shared.join(format!("{tag}-ready"));
+    let started = wait_until(Duration::from_secs(10), || ready.exists());
+    let script = format!(
+        "cat /etc/shadow >/dev/null 2>&1 && echo READ-shadow; cat /etc/gshadow >/dev/null 2>&1 && echo READ-gshadow; \
+         cat '{}/f' 2>/dev/null; cat '{}/in-home' 2>/dev/null; ls /etc/ssh >/dev/null 2>&1 && echo READ-ssh; \
+         echo done",
+        other.display(),
+        env.home.display()
+    );
+    let mut leaks = Vec::new();
+    if started {
+        for i in 0..60 {
+            let mut cmd = env.cmd(&["run", "--sandbox=landlock", "--", "sh", "-c", &script]);
+            if i % 2 == 1 {
+                // SAFETY: the closure only calls prctl.
+                unsafe { cmd.pre_exec(|| refuse_call(nix::libc::SYS_openat2)) };
+            }
+            let out = Out::from(cmd.output().unwrap());
+            if out.code != Some(0) || !out.stdout.contains("done") {
+                leaks.push(format!("run {i} failed: {out:?}"));
+            } else if ["READ-", "other-secret", "home-secret"].iter().any(|s| out.stdout.contains(s)) {
+                leaks.push(format!("run {i} read: {}", out.stdout.trim()));
+            }
+        }
+    }
+    let _ = racer.kill();
+    let _ = racer.wait();
+    for e in std::fs::read_dir(&shared).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&tag) {
+            let p = e.path();
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                let _ = std::fs::remove_dir_all(&p);
+            } else {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+    assert!(started, "the racer did not start");
+    assert!(leaks.is_empty(), "{} of 60 runs: {:#?}", leaks.len(), leaks);
+}
