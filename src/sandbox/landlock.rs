@@ -73,9 +73,23 @@ pub const DEVICES: [&str; 6] =
 
 /// Files only root may read that a root command (uid 0 without
 /// capabilities, so still the owner by file permissions) must not: hidden
-/// as root on top of the homes and ROOT.
-pub const ROOT_SECRETS: [&str; 6] =
-    ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers", "/etc/ssh"];
+/// as root on top of the homes and ROOT. The password hashes wherever the
+/// usual tools keep copies of them (the `-` backups, the daily backup in
+/// `/var/backups`, PAM's old passwords), sudo's rules, the host's SSH keys
+/// and TLS private keys.
+pub const ROOT_SECRETS: [&str; 11] = [
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/var/backups/shadow.bak",
+    "/var/backups/gshadow.bak",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+];
 
 /// What the Landlock backend does not do that the namespace backend does;
 /// recorded with every Landlock run and listed in the README.
@@ -94,7 +108,7 @@ pub fn not_covered(root: bool) -> Vec<String> {
     .collect();
     if root {
         out.push(
-            "as root the command is uid 0 without capabilities: a file only root may read is readable where reads are allowed, unless hidden (runws hides /etc/shadow, /etc/gshadow, /etc/sudoers, /etc/ssh)"
+            "as root the command is uid 0 without capabilities: a file only root may read is readable where reads are allowed, unless hidden (runws hides /etc/shadow, /etc/gshadow and their backups, /etc/security/opasswd, /etc/sudoers, /etc/sudoers.d, /etc/ssh, /etc/ssl/private)"
                 .into(),
         );
     }

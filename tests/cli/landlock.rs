@@ -50,6 +50,10 @@ can("dev_null", lambda: open("/dev/null", "w").write("x"))
 if disk:
     can("read_disk", lambda: open(disk, "rb").read(1))
 can("read_shadow", lambda: open("/etc/shadow", "rb").read(1))
+# Root's other secrets, where this host has them.
+for p in ["/etc/security/opasswd", "/var/backups/shadow.bak", "/var/backups/gshadow.bak", "/etc/ssl/private", "/etc/sudoers.d"]:
+    if os.path.lexists(p):
+        can("secret:" + p, lambda p=p: os.listdir(p) if os.path.isdir(p) else open(p, "rb").read(1))
 can("signal_outside", lambda: os.kill(int(victim), signal.SIGURG))
 can("see_outside", lambda: os.stat("/proc/%s" % victim))
 can("environ_outside", lambda: open("/proc/%s/environ" % victim, "rb").read())
@@ -175,6 +179,9 @@ fn a_landlocked_command_writes_only_its_run_and_reads_nothing_hidden() {
                 "setuid_mode",
             ] {
                 assert!(say(denied).starts_with("no"), "{denied} as {who:?}: {out:?}");
+            }
+            for (k, v) in r.iter().filter(|(k, _)| k.starts_with("secret:")) {
+                assert!(v.starts_with("no"), "{k} as {who:?} ({probe}): {out:?}");
             }
             if let Some(disk) = r.get("read_disk") {
                 assert!(disk.starts_with("no"), "a raw disk as {who:?}: {out:?}");
