@@ -115,41 +115,20 @@ fn mounts() -> &'static [Mount] {
 }
 
 fn read_mounts() -> Vec<Mount> {
-    let text = read_kernel_text("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
-    for line in text.lines() {
-        // `ID PARENT M:N ROOT MOUNTPOINT OPTS [TAGS...] - TYPE SOURCE SUPER`
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let at = left.split(' ').nth(4).unwrap_or_default();
-        let mut r = right.split(' ');
-        let (fstype, _, sup) = (r.next().unwrap_or_default(), r.next(), r.next().unwrap_or_default());
-        let at = PathBuf::from(unescape(at));
-        match fstype {
+    for line in crate::fsx::mount_table().unwrap_or_default() {
+        let at = line.point;
+        match line.fstype.as_str() {
             "cgroup2" => out.push(Mount { at, v2: true, controllers: Vec::new() }),
-            "cgroup" => {
-                out.push(Mount { at, v2: false, controllers: sup.split(',').map(str::to_string).collect() })
-            }
+            "cgroup" => out.push(Mount {
+                at,
+                v2: false,
+                controllers: line.options.split(',').map(str::to_string).collect(),
+            }),
             _ => {}
         }
     }
     out
-}
-
-/// Mount points escape space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// This process's group in the hierarchy that holds `controller` (`""`
@@ -624,12 +603,6 @@ mod tests {
         assert_ne!(a, name(Path::new("/b"), "r"));
         assert_ne!(a, name(Path::new("/a"), "s"));
         assert!(a.starts_with("runws-") && a.ends_with("-r"));
-    }
-
-    #[test]
-    fn mount_points_are_unescaped() {
-        assert_eq!(unescape("/sys/fs/cgroup/a\\040b"), "/sys/fs/cgroup/a b");
-        assert_eq!(unescape("/plain"), "/plain");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -1014,18 +1014,48 @@ fn mount_of_name(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Mount> {
 /// read once: only consulted on kernels without mount ids.
 fn mount_points() -> &'static std::collections::HashSet<PathBuf> {
     static POINTS: std::sync::OnceLock<std::collections::HashSet<PathBuf>> = std::sync::OnceLock::new();
-    POINTS.get_or_init(|| {
-        let text = read_kernel_text("/proc/self/mountinfo").unwrap_or_default();
-        text.lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .map(|p| PathBuf::from(unescape_mountinfo(p)))
-            .collect()
-    })
+    POINTS.get_or_init(|| mount_table().unwrap_or_default().into_iter().map(|m| m.point).collect())
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountLine {
+    /// Where it is mounted, unescaped: any bytes.
+    pub point: PathBuf,
+    /// The file system type (`tmpfs`, `cgroup2`).
+    pub fstype: String,
+    /// The super block's options (for a cgroup v1 hierarchy, its controllers).
+    pub options: String,
+}
+
+/// The mount table of this mount namespace, in its order, read as bytes: a
+/// mount point may be named with any bytes (any user may mount a FUSE file
+/// system on a directory of theirs), and such a line must not keep the
+/// others from being read.
+pub fn mount_table() -> io::Result<Vec<MountLine>> {
+    Ok(parse_mountinfo(&read_kernel_bytes("/proc/self/mountinfo")?))
+}
+
+/// `ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER`,
+/// fields separated by single spaces (a space inside a field is escaped).
+fn parse_mountinfo(bytes: &[u8]) -> Vec<MountLine> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            let dash = fields.iter().skip(6).position(|f| *f == b"-")? + 6;
+            Some(MountLine {
+                point: unescape_mountinfo(fields.get(4)?),
+                fstype: text(fields.get(dash + 1)?),
+                options: fields.get(dash + 3).map(|o| text(o)).unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
+fn unescape_mountinfo(b: &[u8]) -> PathBuf {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -1037,7 +1067,7 @@ fn unescape_mountinfo(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    PathBuf::from(OsString::from_vec(out))
 }
 
 /// Opens `path`, a path someone named (a symlink in it is followed), for
@@ -1084,8 +1114,26 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes() {
-        assert_eq!(unescape_mountinfo(r"/a\040b\011c\134d"), "/a b\tc\\d");
-        assert_eq!(unescape_mountinfo(r"/plain\04"), r"/plain\04");
+        assert_eq!(unescape_mountinfo(br"/a\040b\011c\134d"), Path::new("/a b\tc\\d"));
+        assert_eq!(unescape_mountinfo(br"/plain\04"), Path::new(r"/plain\04"));
+        assert_eq!(unescape_mountinfo(b"/odd-\xff\\376"), Path::new(OsStr::from_bytes(b"/odd-\xff\xfe")));
+    }
+
+    /// Every line is read, whatever bytes another line's mount point holds;
+    /// optional fields before the `-` are skipped.
+    #[test]
+    fn mountinfo_lines_are_read_as_bytes() {
+        let table = b"31 23 0:28 / /sys/fs/cgroup rw,relatime shared:9 - tmpfs tmpfs rw,mode=755\n\
+            90 31 0:99 / /home/u/mnt-\xff\xfe rw,nosuid - fuse.sshfs host: rw,user_id=1000\n\
+            39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
+            garbage\n";
+        let lines = parse_mountinfo(table);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0].point, Path::new("/sys/fs/cgroup"));
+        assert_eq!(lines[0].fstype, "tmpfs");
+        assert_eq!(lines[1].point, Path::new(OsStr::from_bytes(b"/home/u/mnt-\xff\xfe")));
+        assert_eq!(lines[2].fstype, "cgroup");
+        assert_eq!(lines[2].options, "rw,pids");
     }
 
     /// Nothing mounted: the whole tree goes, and no mount point is reported.

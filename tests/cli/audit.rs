@@ -98,3 +98,21 @@ fn audit_prints_a_list_and_changes_to_existing_files_are_told_apart() {
     env.run(&["audit", "--", "true"]).ok().stderr_has("no changes outside the run");
     env.run(&["audit", "--sandbox", "--", "true"]).code(125).one_line_error();
 }
+
+/// A mount whose point is not UTF-8 in the mount table (a user's FUSE
+/// mount on the host) does not make the audit refuse: it read the table
+/// as text and gave up on any byte that was not UTF-8.
+#[test]
+fn a_mount_named_in_bytes_that_are_not_utf8_does_not_refuse_the_audit() {
+    if !is_root() || skip(Who::Me, "audit_odd_mount") {
+        return;
+    }
+    let env = Env::new();
+    let out = crate::limits::with_a_mount_named_in_bytes(
+        &env,
+        &["audit", "--run-id", "odd", "--", "sh", "-c", "echo x > \"$HOME/touched\""],
+    );
+    out.ok();
+    assert!(!env.home.join("touched").exists(), "the audited write reached the home");
+    assert!(out.stderr.contains("touched"), "the audit did not report the write: {out:?}");
+}

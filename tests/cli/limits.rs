@@ -390,3 +390,52 @@ fn a_memory_limit_too_small_for_the_exec_ends_the_command_not_runws() {
         assert!(!std::path::Path::new(dir.as_str().unwrap()).exists(), "{dir} is left");
     }
 }
+
+/// runws's arguments run in a mount namespace of their own to which a
+/// mount on a directory whose name is not UTF-8 was added first, as any
+/// user may add one on the host with a FUSE file system in a directory of
+/// theirs: the mount table every process reads then holds those bytes.
+pub fn with_a_mount_named_in_bytes(env: &Env, args: &[&str]) -> Out {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = env.tmp.path().join(std::ffi::OsStr::from_bytes(b"mnt-\xff\xfe"));
+    std::fs::create_dir(&odd).unwrap();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        r#"mount -t tmpfs runws-odd "$1" && shift && exec "$@""#,
+        "sh",
+    ])
+    .arg(&odd)
+    .arg(BIN)
+    .args(args)
+    .env_clear()
+    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+    .env("HOME", &env.home)
+    .env("RUNWS_ROOT", &env.root)
+    .current_dir(env.tmp.path())
+    .stdin(Stdio::null());
+    Out::from(cmd.output().expect("spawn unshare"))
+}
+
+/// A mount whose point is not UTF-8 in the mount table (a user's FUSE
+/// mount on the host) does not hide the control group hierarchies: the
+/// limits still apply. (The table was read as text, and any byte that was
+/// not UTF-8 left it empty: every run with a limit was refused.)
+#[test]
+fn a_mount_named_in_bytes_that_are_not_utf8_does_not_refuse_the_limits() {
+    if !groups_here("odd_mount") || !is_root() {
+        return;
+    }
+    let env = Env::new();
+    let out = with_a_mount_named_in_bytes(
+        &env,
+        &["run", "--run-id", "odd", "--memory", "64M", "--pids", "64", "--", "true"],
+    );
+    out.ok();
+    let r = resources(&env, "odd");
+    assert!(r["group_dirs"].as_array().is_some_and(|d| !d.is_empty()), "{r}");
+}

@@ -85,34 +85,14 @@ struct MountEntry {
     fstype: String,
 }
 
-fn unescape(field: &str) -> PathBuf {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
-}
-
 fn mount_table() -> Result<Vec<MountEntry>, Refused> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
+    let table = crate::fsx::mount_table()
         .map_err(|e| Refused::new(P, format!("cannot read /proc/self/mountinfo: {e}")))?;
     let mut entries: Vec<MountEntry> = Vec::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else { continue };
-        let (Some(point), Some(fstype)) = (fields.get(4), fields.get(dash + 1)) else { continue };
-        let point = unescape(point);
+    for line in table {
         // A later mount on the same point hides the earlier one.
-        entries.retain(|e| e.point != point);
-        entries.push(MountEntry { point, fstype: fstype.to_string() });
+        entries.retain(|e| e.point != line.point);
+        entries.push(MountEntry { point: line.point, fstype: line.fstype });
     }
     entries.sort_by_key(|e| e.point.components().count());
     Ok(entries)
