@@ -26,14 +26,19 @@ impl Env {
     /// `runws ARGS` with a clean, known environment.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
-        c.args(args)
-            .env_clear()
+        c.args(args);
+        self.clean(&mut c);
+        c
+    }
+
+    /// `c` with the clean, known environment of [`Env::cmd`].
+    pub fn clean<'c>(&self, c: &'c mut Command) -> &'c mut Command {
+        c.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", &self.home)
             .env("RUNWS_ROOT", &self.root)
             .current_dir(self.tmp.path())
-            .stdin(Stdio::null());
-        c
+            .stdin(Stdio::null())
     }
 
     pub fn run(&self, args: &[&str]) -> Out {

@@ -411,14 +411,8 @@ pub fn with_a_mount_named_in_bytes(env: &Env, args: &[&str]) -> Out {
     ])
     .arg(&odd)
     .arg(BIN)
-    .args(args)
-    .env_clear()
-    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-    .env("HOME", &env.home)
-    .env("RUNWS_ROOT", &env.root)
-    .current_dir(env.tmp.path())
-    .stdin(Stdio::null());
-    Out::from(cmd.output().expect("spawn unshare"))
+    .args(args);
+    Out::from(env.clean(&mut cmd).output().expect("spawn unshare"))
 }
 
 /// A mount whose point is not UTF-8 in the mount table (a user's FUSE
