@@ -535,8 +535,9 @@ impl Walk {
             }
             let filled = ruleset.ok_or_else(lost)?;
             let added = walked.found.read.len();
-            // None: the run went another way (it was not started, or made
-            // its ruleset itself); this ruleset is then never enforced.
+            // No paths come when the run went another way (it was not
+            // started, or made its ruleset itself): this ruleset is then
+            // never enforced.
             let run = from_run.recv().map_err(|_| Refused::new("Landlock", "the run's paths never came"))?;
             let rules = complete(walked, &run.granted, &run.write, deny_tcp);
             fill(filled, &rules, added).map(drop)
