@@ -101,17 +101,21 @@ pub(super) fn canonical(p: &Path, what: &str, base: &Path) -> Result<PathBuf> {
 /// only: a statically linked glibc (`cargo build-static`) loads its
 /// name-service modules at run time, which must not happen with other threads running.
 fn passwd_home(uid: u32) -> Option<PathBuf> {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
     home_in(&passwd, uid).or_else(|| {
         nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map(|u| u.dir)
     })
 }
 
-/// The home of the first entry for `uid` in passwd-format `text`.
-fn home_in(text: &str, uid: u32) -> Option<PathBuf> {
-    text.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        (f.len() == 7 && f[2].parse() == Ok(uid)).then(|| PathBuf::from(f[5]))
+/// The home of the first entry for `uid` in passwd-format `text`, read as
+/// bytes: another user's full name (which `chfn` lets them change) or a
+/// home may hold bytes that are not UTF-8.
+fn home_in(text: &[u8], uid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    text.split(|&b| b == b'\n').find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|&b| b == b':').collect();
+        let this = f.len() == 7 && std::str::from_utf8(f[2]).ok()?.parse() == Ok(uid);
+        this.then(|| PathBuf::from(std::ffi::OsStr::from_bytes(f[5])))
     })
 }
 
@@ -719,8 +723,9 @@ mod tests {
     /// A home is the sixth field of the first well-formed line naming the uid.
     #[test]
     fn home_in_reads_the_first_entry_of_the_uid() {
-        let text = "root:x:0:0:root:/root:/bin/bash\n\
+        let text = b"root:x:0:0:root:/root:/bin/bash\n\
                     broken:1000\n\
+                    j:x:1001:1001:J\xfcrgen:/home/j\xfc:/bin/sh\n\
                     ann:x:1000:1000::/home/ann:/bin/sh\n\
                     again:x:1000:1000::/elsewhere:/bin/sh\n\
                     # comment\n\
@@ -729,6 +734,8 @@ mod tests {
         assert_eq!(home_in(text, 1000), Some(PathBuf::from("/home/ann")));
         assert_eq!(home_in(text, 65534), Some(PathBuf::from("/nonexistent")));
         assert_eq!(home_in(text, 42), None);
-        assert_eq!(home_in("x:x:notanumber:0::/h:/bin/sh", 0), None);
+        assert_eq!(home_in(b"x:x:notanumber:0::/h:/bin/sh", 0), None);
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(home_in(text, 1001), Some(PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/j\xfc"))));
     }
 }
