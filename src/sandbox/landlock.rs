@@ -322,22 +322,14 @@ fn listing(
     dir: &Path,
     at: Option<(BorrowedFd<'_>, &OsStr)>,
 ) -> std::io::Result<(std::os::fd::OwnedFd, Vec<(std::ffi::OsString, rustix::fs::FileType)>)> {
-    use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags, ResolveFlags};
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     use std::os::unix::ffi::OsStrExt;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY;
     let fd = match at {
-        Some((parent, name)) => rustix::fs::openat(parent, name, flags | OFlags::NOFOLLOW, Mode::empty())?,
-        None => match rustix::fs::openat2(CWD, dir, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
-            Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
-                let fd = rustix::fs::openat(CWD, dir, flags | OFlags::NOFOLLOW, Mode::empty())?;
-                let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-                if std::fs::read_link(fd_path)? != dir {
-                    return Err(std::io::Error::from_raw_os_error(nix::libc::ELOOP));
-                }
-                fd
-            }
-            other => other?,
-        },
+        Some((parent, name)) => {
+            rustix::fs::openat(parent, name, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?
+        }
+        None => open_unlinked(dir, flags)?,
     };
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
     let mut raw = rustix::fs::RawDir::new(&fd, &mut buf);
@@ -462,8 +454,14 @@ fn fill(
 /// the last component is opened without following, and the descriptor's
 /// own path must still be the one listed.
 fn open_rule_path(p: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    open_unlinked(p, rustix::fs::OFlags::PATH)
+}
+
+/// `p` opened with `flags` (and close-on-exec), following no symbolic link
+/// on the way: see [`open_rule_path`].
+fn open_unlinked(p: &Path, flags: rustix::fs::OFlags) -> std::io::Result<std::os::fd::OwnedFd> {
     use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
-    let flags = OFlags::PATH | OFlags::CLOEXEC;
+    let flags = flags | OFlags::CLOEXEC;
     match rustix::fs::openat2(CWD, p, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
         Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {}
         other => return other.map_err(Into::into),
