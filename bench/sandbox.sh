@@ -4,7 +4,7 @@
 # invocation and prints the ratio of medians. Results go to
 # bench/results/<section>.json; BENCHMARKS.md summarises them by hand.
 #
-#   bench/sandbox.sh [sandbox|audit|unprivileged|landlock|all]
+#   bench/sandbox.sh [sandbox|audit|unprivileged|landlock|builds|all]
 #
 # Each section runs twice: with the root on the repository's file system
 # (the manifest's fsyncs paid as a user pays them) and on tmpfs (/dev/shm),
@@ -127,11 +127,63 @@ landlock() {
   rm -rf "$disk" "$shm"
 }
 
+# The default build (a dynamically linked PIE) beside `cargo build-static`
+# (x86_64 only), copied together to one directory (a copy's age changes its
+# start-up): a plain run, the Landlock sandbox (root) and the namespace
+# sandbox (root and an ordinary user), each against bwrap, on disk and on
+# tmpfs. --net none in each sandbox.
+builds() {
+  local who=${RUNWS_BENCH_USER:-nobody} as=()
+  if [ "$(id -u)" = 0 ]; then as=(runuser -u "$who" --); else who=$(id -un); fi
+  local static
+  static=$(cargo build-static --quiet --locked --message-format=json-render-diagnostics --bin runws | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])
+')
+  local disk shm
+  disk=$(mktemp -d /var/tmp/runws-bench.XXXXXX)
+  shm=$(mktemp -d /dev/shm/runws-bench-builds.XXXXXX)
+  chmod 755 "$disk"
+  cp "$BIN" "$disk/dynamic" & cp "$static" "$disk/static" & wait
+  [ "$(id -u)" = 0 ] && chown "$who" "$disk" "$shm"
+  machine
+  local w root b cmds
+  for w in disk tmpfs; do
+    root=$disk; [ "$w" = tmpfs ] && root=$shm
+    for sandbox in landlock ns; do
+      echo "== as $(id -un) ($w root): bwrap; --sandbox=$sandbox and a plain run, dynamic then static"
+      cmds=("$BWRAP")
+      for b in dynamic static; do
+        cmds+=("$disk/$b run --root $root/$(id -un)-$b --ports 1 --sandbox=$sandbox --net none -- /bin/true")
+      done
+      for b in dynamic static; do
+        cmds+=("$disk/$b run --root $root/$(id -un)-$b --ports 1 -- /bin/true")
+      done
+      python3 bench/interleave.py 200 "${cmds[@]}"
+    done
+    [ "$(id -u)" = 0 ] || continue
+    echo "== as $who ($w root): bwrap; --sandbox=ns and a plain run, dynamic then static"
+    cmds=("$BWRAP")
+    for b in dynamic static; do
+      cmds+=("$disk/$b run --root $root/$who-$b --ports 1 --sandbox=ns --net none -- /bin/true")
+    done
+    for b in dynamic static; do
+      cmds+=("$disk/$b run --root $root/$who-$b --ports 1 -- /bin/true")
+    done
+    "${as[@]}" python3 bench/interleave.py 200 "${cmds[@]}"
+  done
+  rm -rf "$disk" "$shm"
+}
+
 case "$section" in
   sandbox) sandbox ;;
   audit) audit ;;
   unprivileged) unprivileged ;;
   landlock) landlock ;;
-  all) sandbox; audit; unprivileged; landlock ;;
+  builds) builds ;;
+  all) sandbox; audit; unprivileged; landlock; builds ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
 esac
