@@ -21,6 +21,19 @@ fn the_binary_is_position_independent() {
     assert_eq!(e_type, 3, "runws is linked at a fixed address (ELF type {e_type}, want 3, ET_DYN)");
 }
 
+/// runws maps no libm: it would be one more shared library mapped and
+/// bound at every start, for the one function runws used from it (see
+/// BENCHMARKS.md, "Start-up by build"). Seen from the command it runs.
+#[test]
+fn runws_maps_no_math_library() {
+    let env = Env::new();
+    let out = env.sh("nolibm", "grep -c 'libm[.-]' /proc/$PPID/maps; grep -c ' /.*runws$' /proc/$PPID/maps");
+    let counts: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(counts.len(), 2, "{}\n{}", out.stdout, out.stderr);
+    assert_ne!(counts[1], "0", "runws's own mapping not found: the check would see nothing");
+    assert_eq!(counts[0], "0", "runws maps libm (a floating-point function of the C library's is used)");
+}
+
 /// Where runws's own code is mapped, as seen by the command it runs (its
 /// parent): the first mapping of the executable in /proc/PPID/maps.
 fn runws_load_address(env: &Env, id: &str) -> String {

@@ -340,9 +340,35 @@ pub fn entropy(data: &[u8]) -> f64 {
         .filter(|&&c| c > 0)
         .map(|&c| {
             let p = f64::from(c) / n;
-            -p * p.log2()
+            -p * log2(p)
         })
         .sum()
+}
+
+/// The base-2 logarithm of a positive, finite, normal `x`, to within a few
+/// units in the last place. `f64::log2` would be the C library's, and it
+/// is the one function runws would load libm for (another shared library
+/// mapped and bound at every start).
+pub(super) fn log2(x: f64) -> f64 {
+    let bits = x.to_bits();
+    let mut exponent = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    // x = m * 2^exponent with m in [1, 2), then in [sqrt(1/2), sqrt(2)).
+    let mut m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    if m > std::f64::consts::SQRT_2 {
+        m /= 2.0;
+        exponent += 1;
+    }
+    // ln(m) = 2 atanh(z), z = (m - 1) / (m + 1), |z| < 0.172: the series
+    // z + z^3/3 + z^5/5 + ... has fallen below 1e-17 by its 12th term.
+    let z = (m - 1.0) / (m + 1.0);
+    let z2 = z * z;
+    let mut term = z;
+    let mut sum = 0.0;
+    for k in 0..13 {
+        sum += term / f64::from(2 * k + 1);
+        term *= z2;
+    }
+    exponent as f64 + 2.0 * sum * std::f64::consts::LOG2_E
 }
 
 /// Whether a value found only by its name looks like a credential rather

@@ -389,6 +389,34 @@ fn one_finding_per_line_and_rule_when_redactions_agree() {
 fn thresholds() {
     assert!(entropy(b"aaaa") < 0.01);
     assert!((entropy(b"abcd") - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn log2_agrees_with_the_c_library() {
+    // Every probability a count over a length can give, and a spread of
+    // other values across many exponents.
+    for n in 1..=600u32 {
+        for c in 1..=n {
+            let p = f64::from(c) / f64::from(n);
+            let (ours, libm) = (super::rules::log2(p), p.log2());
+            assert!(
+                (ours - libm).abs() <= 4.0 * f64::EPSILON * libm.abs().max(1.0),
+                "{p}: {ours} against {libm}"
+            );
+        }
+    }
+    let mut x = 1e-300;
+    while x < 1e300 {
+        let (ours, libm) = (super::rules::log2(x), x.log2());
+        assert!(
+            (ours - libm).abs() <= 4.0 * f64::EPSILON * libm.abs().max(1.0),
+            "{x}: {ours} against {libm}"
+        );
+        x *= 1.37;
+    }
+    for k in -60..60 {
+        assert_eq!(super::rules::log2(2f64.powi(k)), f64::from(k));
+    }
     assert!(rules::looks_random(random_value(21).as_bytes()));
     assert!(!rules::looks_random(b"Secret2Secret2Secret2"));
 }
