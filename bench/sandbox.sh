@@ -150,30 +150,27 @@ for line in sys.stdin:
   cp "$BIN" "$disk/dynamic" & cp "$static" "$disk/static" & wait
   [ "$(id -u)" = 0 ] && chown "$who" "$disk" "$shm"
   machine
-  local w root b cmds
+  # row USER SANDBOX ROOT [PREFIX...]: bwrap, then the sandboxed run and
+  # the plain run of each build, as USER (through PREFIX).
+  row() {
+    local user=$1 sandbox=$2 root=$3 b
+    shift 3
+    local cmds=("$BWRAP")
+    for b in dynamic static; do
+      cmds+=("$disk/$b run --root $root/$user-$b --ports 1 --sandbox=$sandbox --net none -- /bin/true")
+    done
+    for b in dynamic static; do
+      cmds+=("$disk/$b run --root $root/$user-$b --ports 1 -- /bin/true")
+    done
+    echo "== as $user ($w root): bwrap; --sandbox=$sandbox and a plain run, dynamic then static"
+    "$@" python3 bench/interleave.py 200 "${cmds[@]}"
+  }
+  local w root
   for w in disk tmpfs; do
     root=$disk; [ "$w" = tmpfs ] && root=$shm
-    for sandbox in landlock ns; do
-      echo "== as $(id -un) ($w root): bwrap; --sandbox=$sandbox and a plain run, dynamic then static"
-      cmds=("$BWRAP")
-      for b in dynamic static; do
-        cmds+=("$disk/$b run --root $root/$(id -un)-$b --ports 1 --sandbox=$sandbox --net none -- /bin/true")
-      done
-      for b in dynamic static; do
-        cmds+=("$disk/$b run --root $root/$(id -un)-$b --ports 1 -- /bin/true")
-      done
-      python3 bench/interleave.py 200 "${cmds[@]}"
-    done
-    [ "$(id -u)" = 0 ] || continue
-    echo "== as $who ($w root): bwrap; --sandbox=ns and a plain run, dynamic then static"
-    cmds=("$BWRAP")
-    for b in dynamic static; do
-      cmds+=("$disk/$b run --root $root/$who-$b --ports 1 --sandbox=ns --net none -- /bin/true")
-    done
-    for b in dynamic static; do
-      cmds+=("$disk/$b run --root $root/$who-$b --ports 1 -- /bin/true")
-    done
-    "${as[@]}" python3 bench/interleave.py 200 "${cmds[@]}"
+    row "$(id -un)" landlock "$root"
+    row "$(id -un)" ns "$root"
+    [ "$(id -u)" = 0 ] && row "$who" ns "$root" "${as[@]}"
   done
   rm -rf "$disk" "$shm"
 }
