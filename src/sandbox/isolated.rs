@@ -23,7 +23,7 @@ pub struct Isolated {
     serving: Option<crate::egress::Serving>,
     /// The Landlock backend: its walk of `/`, started by
     /// [`Isolation::early`].
-    walk: Option<super::landlock::Walk>,
+    walk: Option<super::landlock_walk::Walk>,
 }
 
 impl Isolated {
@@ -70,7 +70,7 @@ impl Isolation for Isolated {
             }
         }
         // A Landlock sandbox's walk of `/` needs only what the run hides:
-        // it starts now, while the run is made (see `landlock::Walk`).
+        // it starts now, while the run is made (see `landlock_walk::Walk`).
         if self.opts.kind == Kind::Sandbox
             && !self.opts.try_mode
             && self.opts.net != super::Net::Allow

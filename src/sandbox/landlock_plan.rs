@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::landlock;
 use super::plan::{asked, caches, canonical, hand_to_init, homes, put_record};
 use super::{Kind, Net, Options, Plan, Record, Setup, broker};
+use super::{landlock, landlock_walk};
 use crate::child::Spec;
 use crate::error::{Error, IoContext, Result};
 use crate::manifest::Manifest;
@@ -34,15 +34,15 @@ fn resolved(paths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Starts the walk of `/` around what a Landlock run of `opts` under ROOT
-/// `root` hides, before the run exists (see [`landlock::Walk`]); `None`
+/// `root` hides, before the run exists (see [`landlock_walk::Walk`]); `None`
 /// when that cannot be known yet (a path that does not resolve, which
 /// [`prepare`] then reports).
-pub fn early_walk(opts: &Options, root: &Path) -> Option<landlock::Walk> {
+pub fn early_walk(opts: &Options, root: &Path) -> Option<landlock_walk::Walk> {
     let uid = nix::unistd::getuid().as_raw();
     let root = std::fs::canonicalize(root).ok()?;
     let base = std::env::current_dir().ok()?;
     let hidden = hidden_paths(opts, uid, &root, &base).ok()?;
-    landlock::Walk::start(resolved(&hidden), opts.net == Net::None)
+    landlock_walk::Walk::start(resolved(&hidden), opts.net == Net::None)
 }
 
 /// Where a Landlock run is prepared: its directory, ROOT, the runws binary;
@@ -52,7 +52,7 @@ pub struct Where<'a> {
     pub root: &'a Path,
     pub exe: &'a Path,
     pub why: Option<String>,
-    pub walk: Option<landlock::Walk>,
+    pub walk: Option<landlock_walk::Walk>,
 }
 
 /// Whether runws holds any capability (root does): its child must then
@@ -151,7 +151,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
         }
     }
     let deny_tcp = opts.net == Net::None;
-    let writable = landlock::writable(&write);
+    let writable = landlock_walk::writable(&write);
     // The command's process confines itself with what runws prepares here
     // (the ruleset, filled on another thread while the run starts; the
     // filter compiled): no fork of runws, no init. `--sandbox=try` takes
@@ -176,7 +176,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
             own_userns_fd: None,
             net_fd: None,
             report_fd: None,
-            landlock: Some(landlock::rules(&hidden_resolved, &granted, &write, deny_tcp)),
+            landlock: Some(landlock_walk::rules(&hidden_resolved, &granted, &write, deny_tcp)),
         };
         let (status_r, original) = hand_to_init(spec, &exe, &plan, true)?;
         (Some(status_r), original)
@@ -196,7 +196,7 @@ pub fn prepare(opts: &Options, spec: &mut Spec, at: Where<'_>, m: &mut Manifest)
                 filling = Some(pending);
                 ruleset
             }
-            None => landlock::ruleset(&landlock::rules(&hidden_resolved, &granted, &write, deny_tcp))
+            None => landlock::ruleset(&landlock_walk::rules(&hidden_resolved, &granted, &write, deny_tcp))
                 .map_err(|r| Error::Sandbox(r.to_string()))?,
         };
         spec.confine = Some(crate::child::Confinement {

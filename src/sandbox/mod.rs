@@ -51,6 +51,7 @@ mod isolated;
 mod kernel;
 pub mod landlock;
 mod landlock_plan;
+mod landlock_walk;
 pub mod mounts;
 pub mod ns;
 mod plan;
@@ -163,7 +164,7 @@ pub struct Setup {
     pub landlock: bool,
     /// The Landlock backend: the ruleset the walk's thread is still
     /// filling, finished before the command's gate opens.
-    pub filling: Option<landlock::Filling>,
+    pub filling: Option<landlock_walk::Filling>,
     /// `--net allow`, `audit --net`: the proxy's socket, listening in the
     /// run's network namespace, until the run is opened.
     pub proxy: Option<crate::egress::Pending>,
